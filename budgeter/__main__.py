@@ -1,0 +1,3 @@
+from budgeter.cli import main
+
+main()

