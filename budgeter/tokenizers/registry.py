@@ -106,7 +106,7 @@ def _from_path(path: Path, chat_format: str | None) -> PromptCounter:
     if path.suffix == ".gguf":
         from budgeter.tokenizers.gguf_file import load_gguf
 
-        backend, template, variables = load_gguf(path)
+        backend, template, variables = load_gguf(path)  # raises TokenizerLoadError itself
         return _with_template(HFTokenizer(backend, name=name), template, variables, chat_format,
                               name=name, source=str(path))
     if path.suffix == ".tiktoken":

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "tokenizers"
+
+
+def shared_tokenizer(name: str) -> str:
+    path = SHARED / name
+    if not (path / "tokenizer.json").exists():
+        pytest.skip(f"../shared/tokenizers/{name} is absent (only beside the project checkout)")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def qwen3_path() -> str:
+    return shared_tokenizer("qwen3")
+
+
+@pytest.fixture(scope="session")
+def llama3_path() -> str:
+    return shared_tokenizer("llama3_1")
+
+
+@pytest.fixture(scope="session")
+def qwen36():
+    from budgeter.tokenizers import resolve
+
+    return resolve("qwen3.6")
+
+
+@pytest.fixture(scope="session")
+def tiny_bpe_path(tmp_path_factory) -> str:
+    """A tiny byte-level BPE trained offline, with ChatML special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",
+                "<tool_response>", "</tool_response>"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["def render(value):\n    return {'path': value}\n", "The agent reads a file. 上下文 🎉",
+              '{"path": "index.html", "content": "<html></html>"}'] * 50
+    tok.train_from_iterator(corpus, trainer)
+    path = tmp_path_factory.mktemp("tiny") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)

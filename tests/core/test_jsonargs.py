@@ -1,0 +1,91 @@
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from budgeter.core.jsonargs import (
+    ArgStatus, Elider, classify_arguments, complete_members, shrink_leaves, stand_in,
+)
+from budgeter.core.markers import contains_marker, find_markers
+
+
+@pytest.mark.parametrize("text, status", [
+    ('{"path": "a.py"}', ArgStatus.VALID),
+    ('```json\n{"path": "a.py"}\n```', ArgStatus.REPAIRED),
+    ('Sure! {"path": "a.py"} hope this helps', ArgStatus.REPAIRED),
+    ('"{\\"path\\": \\"a.py\\"}"', ArgStatus.REPAIRED),
+    ("", ArgStatus.REPAIRED),
+    ('{"path": "a.html", "content": "<html>cut he', ArgStatus.TRUNCATED),
+    ('{"path": "a", "n": 12', ArgStatus.TRUNCATED),
+    ('{"path": "a", "ok": tr', ArgStatus.TRUNCATED),
+    ('{"a": "\\u00', ArgStatus.TRUNCATED),
+    ('{"a": [1, 2', ArgStatus.TRUNCATED),
+    ('{"a" 1}', ArgStatus.INVALID),
+    ("[1, 2]", ArgStatus.INVALID),
+    ('{"a": 1} {"b": 2}', ArgStatus.INVALID),
+    ("path=a.py", ArgStatus.INVALID),
+])
+def test_classify(text, status):
+    assert classify_arguments(text).status is status
+
+
+def test_finish_reason_length_marks_broken_arguments_truncated():
+    assert classify_arguments('{"a": 1,, ', finish_reason="length").status is ArgStatus.TRUNCATED
+    assert classify_arguments('{"a": 1}', finish_reason="length").status is ArgStatus.VALID
+
+
+def test_truncated_is_never_completed():
+    text = '{"path": "site/a.html", "content": "<html><body>half'
+    out, handle = stand_in(text, classify_arguments(text))
+    value = json.loads(out)
+    assert value["path"] == "site/a.html"
+    assert "content" not in value  # the cut field is not "recovered"
+    assert "truncated" in value["_budgeter"] and handle in value["_budgeter"]
+
+
+def test_complete_members_keeps_only_finished_fields():
+    assert complete_members('{"a": {"b": 1}, "c": [1, "x"], "d": "cu') == {"a": {"b": 1}, "c": [1, "x"]}
+
+
+def test_repair_returns_the_object():
+    v = classify_arguments('```\n{"k": "é"}\n```')
+    assert v.value == {"k": "é"} and v.repair == "removed code fence"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3000),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=5))
+def test_shrink_leaves_valid_never_longer_and_utf8(value):
+    sink: dict[str, str] = {}
+    out = shrink_leaves(value, limit=200, keep=90, elide=Elider(sink))
+    text = json.dumps(out, ensure_ascii=False)
+    assert json.loads(text) == out
+    assert len(text) <= len(json.dumps(value, ensure_ascii=False))
+    assert set(out) == set(value)  # keys untouched
+    for handle, payload in sink.items():
+        assert handle in text or not contains_marker(text) or payload
+
+
+def test_shrink_inner_json_document_stays_json():
+    inner = json.dumps({"rows": ["x" * 5000, 1, True]})
+    out = shrink_leaves({"body": inner, "n": 3}, limit=500, keep=100, elide=Elider({}))
+    assert out["n"] == 3
+    assert json.loads(out["body"])["rows"][1:] == [1, True]
+    assert len(out["body"]) < len(inner)
+
+
+def test_shrunk_cjk_is_not_escaped():
+    out = shrink_leaves({"t": "上下文" * 2000}, limit=100, keep=90, elide=Elider({}))
+    assert "上下文" in json.dumps(out, ensure_ascii=False)
+
+
+def test_markers_are_detected():
+    text = 'ok ⟦budgeter:elided 7,146 chars html h=0123456789abcdef⟧ end'
+    assert contains_marker(text) and find_markers(text)
+    assert not contains_marker("[elided] plain text")
