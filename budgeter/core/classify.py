@@ -81,7 +81,7 @@ def file_op(name: str, args: dict[str, Any] | None, tools: FileTools) -> tuple[F
         return FileOp.WRITE, path
     if name in tools.edits:
         return FileOp.EDIT, path
-    if not tools.by_shape or not path:
+    if not tools.by_shape or not any(k in args for k in tools.path_keys):
         return FileOp.NONE, path
     if any(k in args for k in tools.edit_keys):
         return FileOp.EDIT, path

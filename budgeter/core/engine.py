@@ -110,6 +110,8 @@ class Session:
             if smaller == view:
                 self._check_pinned(view, ctx, total)
                 smaller, report = cut_oversize(view, ctx, total - self.policy.budget)
+                if smaller == view:
+                    break  # nothing left that can shrink
             view = smaller
             steps.append(report)
             total = ctx.exact(view)
@@ -119,13 +121,17 @@ class Session:
 
     def _check_pinned(self, view: View, ctx: Context, total: int, *, force: bool = False) -> None:
         system = [i for i in view if i.message.role == "system"]
-        pinned = ctx.counter.count_prompt([i.message for i in system], self.tools)
+        pinned = ctx.counter.count_prompt([i.message for i in system], self.tools) if system else 0
         if pinned > self.policy.budget or force:
             names = [f"system message #{i.index} ({ctx.cost(i.message)} tokens)" for i in system]
+            if force and pinned <= self.policy.budget:
+                names += [f"{i.message.role} message #{i.index} ({ctx.cost(i.message)} tokens)"
+                          for i in view if i.message.role != "system"][:6]
+            what = f"what must be kept needs {total}" if force else f"pinned content alone needs {pinned}"
             if self.tools:
                 names.append(f"{len(self.tools)} tool schemas")
             raise PinnedOverBudget(
-                f"pinned content alone needs {pinned} tokens; budget is {self.policy.budget}: "
+                f"{what} tokens; budget is {self.policy.budget}: "
                 + (", ".join(names) or "nothing pinned"),
                 metadata={"pinned_tokens": pinned, "budget": self.policy.budget, "prompt_tokens": total},
             )

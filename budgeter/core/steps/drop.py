@@ -9,11 +9,12 @@ the dropped messages (a JSON list, byte for byte). A later round merges into the
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 
 from budgeter.core.classify import ResultStatus
-from budgeter.core.jsonargs import Elider, dumps
+from budgeter.core.jsonargs import Elider, dumps, shrink_leaves
 from budgeter.core.markers import handle_for, marker
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import (
@@ -87,23 +88,47 @@ def _digest_message(covers: list[int], ctx: Context) -> Message:
     return Message(role="user", content=text)
 
 
+def _shrinkable(m: Message) -> bool:
+    return len(m.content) > 200 or any(len(c.arguments) > 200 for c in m.tool_calls)
+
+
 def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepReport]:
-    """Last resort: keep the head and tail of the largest message that is not a system message."""
+    """Last resort: keep the head and tail of the largest message that can still shrink (never a
+    system message). Returns the view unchanged when nothing can shrink."""
     candidates = [(ctx.cost(i.message), p) for p, i in enumerate(view)
-                  if i.message.role != "system" and i.kind != "digest"]
+                  if i.message.role != "system" and i.kind != "digest" and _shrinkable(i.message)]
     if not candidates:
         return view, StepReport("cut_oversize", 0, 0)
     cost, pos = max(candidates)
     item = view[pos]
     m = item.message
     elide = Elider(ctx.payloads, "oversize")
-    keep_share = max(0.0, (cost - overshoot - 16) / max(cost, 1))
-    if m.content:
-        new = replace(m, content=elide(m.content, int(len(m.content) * keep_share)))
+    share = max(0.0, (cost - overshoot - 16) / max(cost, 1))
+    if len(m.content) > 200:
+        keep = min(int(len(m.content) * share), len(m.content) - 300)  # marker costs ~70 chars
+        new = replace(m, content=elide(m.content, max(0, keep)))
     else:
-        new = replace(m, tool_calls=tuple(
-            replace(c, arguments=dumps({"_budgeter": elide(c.arguments, 0)})) for c in m.tool_calls))
+        calls = []
+        for c in m.tool_calls:
+            value = _object(c.arguments)
+            keep = max(60, min(int(len(c.arguments) * share), len(c.arguments) - 300))
+            if value is None or len(c.arguments) <= 200:
+                calls.append(c)
+                continue
+            shrunk = dumps(shrink_leaves(value, limit=keep, keep=keep, elide=elide))
+            calls.append(replace(c, arguments=shrunk) if len(shrunk) < len(c.arguments) else c)
+        new = replace(m, tool_calls=tuple(calls))
+    if new == m:
+        return view, StepReport("cut_oversize", 0, 0)
     out = (*view[:pos], replace(item, message=new, kind="shrunk"), *view[pos + 1:])
     action = Action(item.index, "oversize_cut", f"{m.role} kept head and tail",
                     tokens_saved=cost - ctx.cost(new))
     return out, StepReport("cut_oversize", 0, 0, (action,))
+
+
+def _object(text: str) -> dict | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

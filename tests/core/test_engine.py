@@ -1,0 +1,122 @@
+import json
+
+import pytest
+
+from budgeter.core import Policy, Session, contains_marker, trim
+from budgeter.core.messages import from_openai_list
+from budgeter.errors import InvalidInput, PinnedOverBudget
+from tests.bench.sessions import TOOLS, make_session
+
+
+def _msgs(body):
+    return from_openai_list(body["messages"])
+
+
+def _retries(n=3, chars=7146):
+    html = "<!DOCTYPE html><html><head><title>Shop</title></head><body>" + "x" * chars + "</body></html>"
+    msgs = [{"role": "system", "content": "agent"}, {"role": "user", "content": "make a site"}]
+    for i in range(n):
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function",
+                     "function": {"name": "write_file", "arguments": json.dumps({"path": "", "content": html})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "rejected: path must not be empty"})
+    msgs.append({"role": "user", "content": "try again"})
+    return from_openai_list(msgs), html
+
+
+def test_identical_failed_retries_fold_into_one_stub(qwen36):
+    msgs, html = _retries()
+    r = trim(msgs, counter=qwen36, tools=TOOLS, policy=Policy(window=2500, reserve=0))
+    out = r.openai_messages()
+    calls = [m for m in out if m.get("tool_calls")]
+    assert len(calls) == 1
+    stub = next(m for m in out if m["role"] == "tool")["content"]
+    assert "x3" in stub and "html" in stub and "suggested_path=index.html" in stub
+    assert "rejected: path must not be empty" in stub  # latest failure keeps its error verbatim
+    assert r.tokens <= 2500
+    args = json.loads(calls[0]["tool_calls"][0]["function"]["arguments"])
+    handle = args["content"].split("h=")[1][:16]
+    assert r.payloads[handle] == html  # lossless: the elided payload comes back byte for byte
+
+
+def test_output_fits_and_is_exact(qwen3_path):
+    from budgeter.tokenizers import resolve
+
+    counter = resolve(qwen3_path)
+    body = make_session(7, chars=250_000)
+    r = trim(_msgs(body), counter=counter, tools=body["tools"], policy=Policy())
+    fresh = len(counter.pieces.tokenizer.encode_full(counter.render(r.messages, body["tools"])))
+    assert r.tokens == fresh <= Policy().budget
+    assert r.tokens_before > r.tokens
+
+
+def test_pinned_over_budget_names_what_is_too_big(qwen36):
+    msgs = from_openai_list([{"role": "system", "content": "rule " * 3000},
+                             {"role": "user", "content": "hi"}])
+    with pytest.raises(PinnedOverBudget) as err:
+        trim(msgs, counter=qwen36, policy=Policy(window=1000, reserve=100))
+    assert "system message #0" in err.value.message
+
+
+def test_single_message_larger_than_budget_keeps_head_and_tail(qwen36):
+    text = "START " + "lorem ipsum " * 4000 + " END"
+    msgs = from_openai_list([{"role": "user", "content": text}])
+    r = trim(msgs, counter=qwen36, policy=Policy(window=1200, reserve=200))
+    content = r.messages[0].content
+    assert r.tokens <= 1000 and content.startswith("START") and content.endswith("END")
+    assert contains_marker(content)
+
+
+def test_digest_states_what_was_dropped(qwen36):
+    body = make_session(3, chars=400_000)
+    r = trim(_msgs(body), counter=qwen36, tools=body["tools"], policy=Policy(window=12000, reserve=0))
+    digest = [m for m in r.messages if "budgeter:digest" in m.content]
+    assert len(digest) == 1
+    handle = digest[0].content.split("h=")[1][:16]
+    dropped = json.loads(r.payloads[handle])
+    originals = [json.dumps(m, sort_keys=True) for m in body["messages"]]
+    assert all(json.dumps(m, sort_keys=True) in originals for m in dropped)
+
+
+def test_stateful_replay_mostly_extends_the_previous_prompt(qwen36):
+    body = make_session(5, chars=500_000)
+    session = Session(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
+    extends = builds = compactions = 0
+    msgs = _msgs(body)
+    i = 0
+    while i < len(msgs):
+        j = i + 1
+        while j < len(msgs) and msgs[j].role == "tool":
+            j += 1
+        session.append(msgs[i:j])
+        i = j
+        r = session.build()
+        assert r.tokens <= session.policy.budget
+        builds += 1
+        extends += r.extends_previous
+        compactions += r.compacted
+    assert compactions >= 2
+    assert extends / (builds - 1) > 0.7  # low-water mark: most turns only append
+
+
+def test_low_water_leaves_headroom(qwen36):
+    body = make_session(5, chars=200_000)
+    r = trim(_msgs(body), counter=qwen36, tools=body["tools"], policy=Policy(low_water=0.6))
+    assert r.tokens <= int(Policy().budget * 0.6) + 200
+
+
+def test_bad_policy_is_a_clear_error(qwen36):
+    with pytest.raises(InvalidInput) as err:
+        Session(qwen36, policy=Policy(window=100, reserve=200))
+    assert err.value.field == "policy.reserve"
+
+
+def test_pairing_is_repaired_for_orphans_and_missing_results(qwen36):
+    msgs = from_openai_list([
+        {"role": "user", "content": "go"},
+        {"role": "tool", "tool_call_id": "nope", "content": "orphan output"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]},
+    ])
+    out = trim(msgs, counter=qwen36).openai_messages()
+    assert [m["role"] for m in out] == ["user", "user", "assistant", "tool"]
+    assert "orphan output" in out[1]["content"] and out[3]["tool_call_id"] == "a"

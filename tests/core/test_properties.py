@@ -1,0 +1,89 @@
+"""Invariants over generated sessions (tool calls, failures, cut arguments, CJK, emoji)."""
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from budgeter.core import Policy, trim
+from budgeter.core.messages import from_openai_list, to_openai
+
+TEXT = st.lists(st.sampled_from(list("abc xyz{}\"\\:\n上下文🎉<>/=") + ["def ", "error"]),
+                max_size=120).map("".join)
+BIG = st.integers(0, 6000).map(lambda n: ("<!DOCTYPE html><p>" + "页 ok " * n)[: max(n, 1)])
+
+
+@st.composite
+def sessions(draw):
+    msgs = [{"role": "system", "content": "agent rules"}, {"role": "user", "content": draw(TEXT) or "task"}]
+    for n in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["read", "write", "fail", "cut", "user", "invalid"]))
+        if kind == "user":
+            msgs.append({"role": "user", "content": draw(TEXT)})
+            continue
+        args = {"path": draw(st.sampled_from(["a.py", "b.html", ""])), "content": draw(BIG)}
+        text = json.dumps(args, ensure_ascii=False)
+        if kind == "cut":
+            text = text[: draw(st.integers(1, len(text) - 1))]
+        if kind == "invalid":
+            text = "path=" + draw(TEXT)
+        name = "read_file" if kind == "read" else "write_file"
+        result = "error: bad" if kind in ("fail", "cut", "invalid") else draw(BIG)
+        repeat = draw(st.integers(1, 3)) if kind == "fail" else 1
+        for r in range(repeat):
+            cid = f"c{n}_{r}"
+            msgs.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": text}}]})
+            msgs.append({"role": "tool", "tool_call_id": cid, "content": result})
+    return msgs
+
+
+def _check(counter, raw, window):
+    policy = Policy(window=window, reserve=0, protect_tail_turns=1)
+    messages = from_openai_list(raw)
+    result = trim(messages, counter=counter, policy=policy)
+    out = result.messages
+    # fits, by a fresh exact count of the returned prompt
+    fresh = len(counter.pieces.tokenizer.encode_full(counter.render(out, [])))
+    assert result.tokens == fresh <= policy.budget
+    # every result follows its call, every call has its result
+    open_ids: list[str] = []
+    for m in out:
+        if m.role == "tool":
+            assert m.tool_call_id in open_ids
+            open_ids.remove(m.tool_call_id)
+        else:
+            assert not open_ids
+            open_ids = [c.id for c in m.tool_calls]
+    assert not open_ids
+    # every argument string parses as a JSON object
+    for m in out:
+        for c in m.tool_calls:
+            assert isinstance(json.loads(c.arguments), dict)
+    # pinned kept verbatim, order preserved for untouched messages
+    assert out[0] == messages[0]
+    assert messages[1] in out
+    j = 0
+    for m in out:  # untouched messages appear as a subsequence of the input
+        if m in messages:
+            assert m in messages[j:], "relative order changed"
+            j = messages.index(m, j) + 1
+    # deterministic, and trimming the output again changes nothing
+    again = trim(out, counter=counter, policy=policy)
+    assert again.messages == out
+    assert trim(messages, counter=counter, policy=policy).messages == out
+    assert [to_openai(m) for m in out] == result.openai_messages()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(), st.integers(1500, 6000))
+def test_invariants_builtin_tokenizer(qwen36, raw, window):
+    _check(qwen36, raw, window)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=sessions(), window=st.integers(1500, 6000))
+def test_invariants_tiny_bpe(tiny_bpe_path, raw, window):
+    from budgeter.tokenizers import resolve
+
+    _check(resolve(tiny_bpe_path), raw, window)
