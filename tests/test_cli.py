@@ -1,0 +1,58 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.bench.sessions import make_session
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "budgeter", *args], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def body_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "body.json"
+    path.write_text(json.dumps(make_session(2, chars=150_000)))
+    return path
+
+
+def _check(out, budget):
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    report = result["report"]
+    assert report["tokens_after"] <= budget < report["tokens_before"]
+    for m in result["messages"]:
+        for c in m.get("tool_calls", ()):
+            json.loads(c["function"]["arguments"])
+    return result
+
+
+def test_trim_with_default_tokenizer(body_file, tmp_path):
+    out = run("trim", str(body_file), "--window", "16384", "--reserve", "1024",
+              "--payloads", str(tmp_path / "p.json"))
+    result = _check(out, 15360)
+    payloads = json.loads((tmp_path / "p.json").read_text())
+    assert set(result["report"]["handles"]) == set(payloads)
+
+
+def test_trim_with_shared_qwen3(body_file, qwen3_path):
+    _check(run("trim", str(body_file), "--tokenizer", qwen3_path), 30720)
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["trim", "/no/such.json"], "INPUT_UNREADABLE"),
+    (["trim", "-"], "INVALID_JSON"),
+    (["trim", "-", "--tokenizer", "nope"], "UNKNOWN_TOKENIZER"),
+])
+def test_bad_input_is_a_clear_error(args, reason):
+    stdin = "{bad" if reason == "INVALID_JSON" else '{"messages": [{"role": "user", "content": "x"}]}'
+    out = run(*args, stdin=stdin)
+    assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr
+
+
+def test_invalid_role_names_the_field():
+    out = run("trim", "-", stdin='{"messages": [{"role": "robot", "content": "x"}]}')
+    assert out.returncode == 2 and "messages[0].role" in out.stderr
