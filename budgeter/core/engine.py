@@ -16,7 +16,7 @@ from typing import Any
 
 from budgeter.core.facts import Facts, facts_of
 from budgeter.core.messages import Message, to_openai
-from budgeter.core.pipeline import Context, Item, StepReport, View, protected_positions
+from budgeter.core.pipeline import Context, Item, StepReport, View
 from budgeter.core.policy import Policy
 from budgeter.core.steps import ALWAYS, COMPACT, cut_oversize, drop_until
 from budgeter.core.typing import JSONDict, PromptCounter
@@ -148,9 +148,6 @@ class Session:
                            same if not extends else len(last), tuple(steps),
                            ctx.payloads,
                            self.counter.notes)
-
-    def protected(self) -> set[int]:
-        return protected_positions(self._plan, self.policy)
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),

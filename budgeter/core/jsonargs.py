@@ -41,7 +41,8 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _loads_object(text: str) -> dict[str, Any] | None:
+def loads_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in ``text``, or None when it is not one."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -169,7 +170,7 @@ def _punct(p: str, expect: str, stack: list[str]) -> tuple[str, str]:
 
 
 def classify_arguments(text: str, *, finish_reason: str | None = None) -> ArgVerdict:
-    value = _loads_object(text)
+    value = loads_object(text)
     if value is not None:
         return ArgVerdict(ArgStatus.VALID, value=value)
     if text.lstrip().startswith("{"):
@@ -177,7 +178,7 @@ def classify_arguments(text: str, *, finish_reason: str | None = None) -> ArgVer
         if cut or finish_reason == "length":
             return ArgVerdict(ArgStatus.TRUNCATED, detail=why if cut else "finish_reason=length")
     for description, candidate in _repairs(text):
-        fixed = _loads_object(candidate)
+        fixed = loads_object(candidate)
         if fixed is not None:
             return ArgVerdict(ArgStatus.REPAIRED, value=fixed, repair=description)
     if finish_reason == "length":

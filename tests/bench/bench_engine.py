@@ -13,7 +13,7 @@ import statistics
 import time
 
 from budgeter.core import Policy, Session
-from budgeter.core.messages import from_openai_list, to_template
+from budgeter.core.messages import from_openai_list
 from budgeter.tokenizers import resolve
 from tests.bench.sessions import make_session
 

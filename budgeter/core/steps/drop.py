@@ -9,12 +9,11 @@ the dropped messages (a JSON list, byte for byte). A later round merges into the
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import replace
 
 from budgeter.core.classify import ResultStatus
-from budgeter.core.jsonargs import Elider, dumps, shrink_leaves
+from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handle_for, marker
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import (
@@ -110,7 +109,7 @@ def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepRe
     else:
         calls = []
         for c in m.tool_calls:
-            value = _object(c.arguments)
+            value = loads_object(c.arguments)
             keep = max(60, min(int(len(c.arguments) * share), len(c.arguments) - 300))
             if value is None or len(c.arguments) <= 200:
                 calls.append(c)
@@ -125,10 +124,3 @@ def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepRe
                     tokens_saved=cost - ctx.cost(new))
     return out, StepReport("cut_oversize", 0, 0, (action,))
 
-
-def _object(text: str) -> dict | None:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
