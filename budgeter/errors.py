@@ -7,10 +7,17 @@ The gRPC layer maps these classes to status codes in one table; the CLI prints
     BudgeterError
     ├── InvalidInput               INVALID_ARGUMENT   (bad messages, bad JSON, bad spec)
     │   ├── InvalidMessage         reason INVALID_MESSAGE
-    │   └── InvalidTokenizerSpec   reason INVALID_TOKENIZER_SPEC
+    │   ├── InvalidTokenizerSpec   reason INVALID_TOKENIZER_SPEC
+    │   ├── RequestIdReused        reason REQUEST_ID_REUSED (same request_id, other messages)
+    │   └── LimitExceeded          reason MESSAGE_TOO_LARGE, TOO_MANY_MESSAGES (per request)
     ├── NotFound                   NOT_FOUND
     │   ├── UnknownTokenizer       reason UNKNOWN_TOKENIZER (metadata lists what exists)
+    │   ├── SessionNotFound        reason SESSION_NOT_FOUND
     │   └── PayloadNotFound        reason PAYLOAD_NOT_FOUND
+    ├── AlreadyExists              ALREADY_EXISTS     reason SESSION_EXISTS
+    ├── EtagMismatch               ABORTED            (optimistic concurrency, AIP-154)
+    ├── QuotaExceeded              RESOURCE_EXHAUSTED reason TOO_MANY_SESSIONS
+    ├── StoreUnavailable           UNAVAILABLE        (Redis down, SQLite locked too long)
     ├── PinnedOverBudget           FAILED_PRECONDITION (pinned content alone exceeds the budget)
     ├── TemplateError              FAILED_PRECONDITION (the chat template cannot render the input)
     └── TokenizerLoadError         FAILED_PRECONDITION (a tokenizer spec exists but cannot be loaded)
@@ -70,3 +77,36 @@ class TemplateError(BudgeterError):
 
 class TokenizerLoadError(BudgeterError):
     reason = "TOKENIZER_LOAD_ERROR"
+
+
+class RequestIdReused(InvalidInput):
+    reason = "REQUEST_ID_REUSED"
+
+
+class LimitExceeded(InvalidInput):
+    """A per-request limit; ``reason`` names which one."""
+
+    def __init__(self, message: str, *, reason: str, field: str = "",
+                 metadata: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, field=field, metadata=metadata)
+        self.reason = reason
+
+
+class SessionNotFound(NotFound):
+    reason = "SESSION_NOT_FOUND"
+
+
+class AlreadyExists(BudgeterError):
+    reason = "SESSION_EXISTS"
+
+
+class EtagMismatch(BudgeterError):
+    reason = "ETAG_MISMATCH"
+
+
+class QuotaExceeded(BudgeterError):
+    reason = "TOO_MANY_SESSIONS"
+
+
+class StoreUnavailable(BudgeterError):
+    reason = "STORE_UNAVAILABLE"

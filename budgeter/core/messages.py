@@ -133,8 +133,9 @@ def from_openai_list(raw: Any) -> list[Message]:
     return [from_openai(m, index=i) for i, m in enumerate(raw)]
 
 
-def to_openai(m: Message) -> dict[str, Any]:
-    """Message -> OpenAI dict, postable to a chat-completions endpoint as is."""
+def to_openai(m: Message, *, extensions: bool = False) -> dict[str, Any]:
+    """Message -> OpenAI dict, postable to a chat-completions endpoint as is. ``extensions`` keeps
+    budgeter's ``finish_reason`` and ``status`` too (lossless, for storage)."""
     out: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.tool_calls:
         out["tool_calls"] = [
@@ -147,6 +148,8 @@ def to_openai(m: Message) -> dict[str, Any]:
         out["name"] = m.name
     if m.reasoning is not None:
         out["reasoning_content"] = m.reasoning
+    if extensions:
+        out.update({k: v for k in ("finish_reason", "status") if (v := getattr(m, k)) is not None})
     return out
 
 

@@ -1,0 +1,280 @@
+"""Redis store: any number of replicas share one Redis (or Redis Cluster).
+
+A session is a few keys under one hash tag, so a Cluster keeps them in one slot:
+``{prefix}:{<id>}:meta`` (hash: incarnation, config, created, ttl, version),
+``...:msgs`` (list of records), ``...:pay`` (hash handle -> payload) and
+``...:req:<incarnation>:<request_id>`` (the idempotent result, expiring).
+Two keys outside the tag index sessions: ``{prefix}:index`` (ids, for paging) and
+``{prefix}:expiry`` (ids by expiry time, for the session quota).
+
+Append is one Lua script: it checks the incarnation, replays a known request_id, checks the
+expected version, pushes the batch and bumps the version atomically, so concurrent writers on
+several replicas lose nothing and each batch stays contiguous. A replica reads only the records
+past the version it has cached (one MULTI round trip). Connection failures become
+``StoreUnavailable``; the pool reconnects by itself on the next call once Redis is back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from budgeter.errors import AlreadyExists, PayloadNotFound, SessionNotFound, StoreUnavailable
+from budgeter.store.base import (
+    AppendOutcome,
+    SessionRecord,
+    StaleIncarnation,
+    check_replay,
+    check_version,
+    now,
+)
+
+CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[1], 'incarnation', ARGV[1], 'config', ARGV[2], 'created', ARGV[3],
+           'ttl', ARGV[4], 'version', 0)
+if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], math.floor(ARGV[4] * 1000)) end
+return 1
+"""
+
+APPEND = """
+local meta = redis.call('HMGET', KEYS[1], 'incarnation', 'version', 'ttl')
+if not meta[1] then return {'NOT_FOUND'} end
+if meta[1] ~= ARGV[1] then return {'STALE'} end
+local version = tonumber(meta[2])
+if ARGV[2] ~= '' then
+  local done = redis.call('GET', KEYS[3])
+  if done then return {'REPLAY', done, tostring(version)} end
+end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'CONFLICT', tostring(version)} end
+local n = #ARGV - 6
+for i = 7, #ARGV, 4000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 3999, #ARGV)))
+end
+local new = redis.call('HINCRBY', KEYS[1], 'version', n)
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3] .. '\\n' .. version .. '\\n' .. ARGV[5], 'PX', ARGV[6])
+end
+local ttl = tonumber(meta[3])
+if ttl and ttl > 0 then
+  local ms = math.floor(ttl * 1000)
+  redis.call('PEXPIRE', KEYS[1], ms)
+  redis.call('PEXPIRE', KEYS[2], ms)
+  redis.call('PEXPIRE', KEYS[4], ms)
+end
+return {'OK', tostring(version), tostring(new), meta[3] or '0'}
+"""
+
+PUT_PAYLOADS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], unpack(ARGV, 2))
+local ms = redis.call('PTTL', KEYS[1])
+if ms > 0 then redis.call('PEXPIRE', KEYS[2], ms) end
+return 1
+"""
+
+
+def connect(url: str) -> Any:
+    """A client for ``redis://``/``rediss://``/``unix://`` URLs, or ``redis+cluster://`` for a
+    Redis Cluster. Retries connection errors briefly, with backoff, before giving up."""
+    opts: dict[str, Any] = dict(retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+                                socket_connect_timeout=2.0, socket_timeout=5.0,
+                                health_check_interval=15)
+    if url.startswith("redis+cluster://"):
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **opts)
+    return redis.Redis.from_url(url, **opts)
+
+
+class RedisStore:
+    name = "redis"
+
+    def __init__(self, client: Any, *, prefix: str = "budgeter",
+                 idempotency_ttl: float = 86_400.0) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._idem_ms = int(idempotency_ttl * 1000)
+        self._create = client.register_script(CREATE)
+        self._append = client.register_script(APPEND)
+        self._put = client.register_script(PUT_PAYLOADS)
+        self._index = f"{prefix}:index"
+        self._expiry = f"{prefix}:expiry"
+
+    @classmethod
+    def from_url(cls, url: str, **kw: Any) -> RedisStore:
+        return cls(connect(url), **kw)
+
+    def keys(self, session_id: str) -> dict[str, str]:
+        base = f"{self.prefix}:{{{session_id}}}"
+        return {"meta": f"{base}:meta", "msgs": f"{base}:msgs", "pay": f"{base}:pay",
+                "req": f"{base}:req"}
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
+                redis.exceptions.ReadOnlyError, redis.exceptions.ClusterDownError) as exc:
+            raise StoreUnavailable(f"Redis is unavailable: {exc}",
+                                   metadata={"store": "redis"}) from exc
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"Redis error: {exc}", metadata={"store": "redis"}) from exc
+
+    @staticmethod
+    def _not_found(session_id: str) -> SessionNotFound:
+        return SessionNotFound(f"session {session_id!r} does not exist", metadata={"session": session_id})
+
+    @staticmethod
+    def _record(session_id: str, meta: Mapping[bytes, bytes], pttl: int, version: int | None = None
+                ) -> SessionRecord:
+        ttl = float(meta[b"ttl"]) or None
+        return SessionRecord(
+            id=session_id, incarnation=meta[b"incarnation"].decode(),
+            config=meta[b"config"].decode(), created=float(meta[b"created"]), ttl=ttl,
+            expires=now() + pttl / 1000 if pttl > 0 else None,
+            version=int(meta[b"version"]) if version is None else version)
+
+    def create(self, record: SessionRecord) -> None:
+        k = self.keys(record.id)
+        with self._guard():
+            made = self._create(keys=[k["meta"], k["msgs"], k["pay"]],
+                                args=[record.incarnation, record.config, repr(record.created),
+                                      repr(record.ttl or 0)])
+            if not made:
+                raise AlreadyExists(f"session {record.id!r} already exists",
+                                    metadata={"session": record.id})
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zadd(self._index, {record.id: 0})
+            pipe.zadd(self._expiry, {record.id: record.expires or float("inf")})
+            pipe.execute()
+
+    def get(self, session_id: str) -> SessionRecord:
+        return self.read(session_id, since=-1)[0]
+
+    def list(self, *, after: str, limit: int) -> list[SessionRecord]:
+        out: list[SessionRecord] = []
+        with self._guard():
+            while len(out) < limit:
+                low = f"({after}" if after else "-"
+                ids = [i.decode() for i in self.client.zrangebylex(self._index, low, "+", 0, limit)]
+                if not ids:
+                    break
+                for sid in ids:
+                    try:
+                        out.append(self.get(sid))
+                    except SessionNotFound:
+                        self._forget(sid)
+                    if len(out) == limit:
+                        break
+                after = ids[-1]
+        return out
+
+    def _forget(self, *ids: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(self._index, *ids)
+        pipe.zrem(self._expiry, *ids)
+        pipe.execute()
+
+    def delete(self, session_id: str) -> None:
+        k = self.keys(session_id)
+        with self._guard():
+            if not self.client.delete(k["meta"], k["msgs"], k["pay"]):
+                raise self._not_found(session_id)
+            self._forget(session_id)
+
+    def count(self) -> int:
+        with self._guard():
+            expired = self.client.zrangebyscore(self._expiry, "-inf", now())
+            if expired:
+                self._forget(*(i.decode() for i in expired))
+            return int(self.client.zcard(self._index))
+
+    def append(self, session_id: str, records: Sequence[str], *, incarnation: str,
+               request_id: str, fingerprint: str, result: str,
+               expected_version: int | None = None) -> AppendOutcome:
+        k = self.keys(session_id)
+        req = f"{k['req']}:{incarnation}:{request_id}"
+        args = [incarnation, request_id, fingerprint,
+                "" if expected_version is None else str(expected_version), result,
+                str(self._idem_ms), *records]
+        with self._guard():
+            reply = self._append(keys=[k["meta"], k["msgs"], req, k["pay"]], args=args)
+            status = reply[0].decode()
+            if status == "OK" and float(reply[3]) > 0:
+                self.client.zadd(self._expiry, {session_id: now() + float(reply[3])})
+        if status == "NOT_FOUND":
+            raise self._not_found(session_id)
+        if status == "STALE":
+            raise StaleIncarnation(session_id)
+        if status == "CONFLICT":
+            check_version(expected_version, int(reply[1]))
+        if status == "REPLAY":
+            stored_fp, first, stored = reply[1].decode().split("\n", 2)
+            check_replay(request_id, fingerprint, stored_fp)
+            return AppendOutcome(int(first), int(reply[2]), stored, replayed=True)
+        return AppendOutcome(int(reply[1]), int(reply[2]), result)
+
+    def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]:
+        k = self.keys(session_id)
+        with self._guard():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(k["meta"])
+            pipe.pttl(k["meta"])
+            if since >= 0:
+                pipe.lrange(k["msgs"], since, -1)
+            meta, pttl, *rest = pipe.execute()
+        if not meta:
+            raise self._not_found(session_id)
+        records = [r.decode() for r in rest[0]] if rest else []
+        return self._record(session_id, meta, pttl), records
+
+    def put_payloads(self, session_id: str, payloads: Mapping[str, str]) -> None:
+        if not payloads:
+            return
+        k = self.keys(session_id)
+        flat = [x for pair in payloads.items() for x in pair]
+        with self._guard():
+            if not self._put(keys=[k["meta"], k["pay"]], args=["", *flat]):
+                raise self._not_found(session_id)
+
+    def get_payload(self, session_id: str, handle: str) -> str:
+        k = self.keys(session_id)
+        with self._guard():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.exists(k["meta"])
+            pipe.hget(k["pay"], handle)
+            exists, text = pipe.execute()
+        if not exists:
+            raise self._not_found(session_id)
+        if text is None:
+            raise PayloadNotFound(f"no payload {handle!r} in session {session_id!r}",
+                                  metadata={"session": session_id, "handle": handle})
+        return text.decode()
+
+    def ping(self) -> None:
+        with self._guard():
+            self.client.ping()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def wait_until_up(store: RedisStore, *, timeout: float = 5.0) -> None:
+    """Poll until Redis answers (used at start-up and by tests)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            store.ping()
+            return
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -1,0 +1,404 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_SYSTEM: _ClassVar[Role]
+    ROLE_USER: _ClassVar[Role]
+    ROLE_ASSISTANT: _ClassVar[Role]
+    ROLE_TOOL: _ClassVar[Role]
+
+class ResultStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESULT_STATUS_UNSPECIFIED: _ClassVar[ResultStatus]
+    RESULT_STATUS_OK: _ClassVar[ResultStatus]
+    RESULT_STATUS_ERROR: _ClassVar[ResultStatus]
+
+class ArgumentStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ARGUMENT_STATUS_UNSPECIFIED: _ClassVar[ArgumentStatus]
+    ARGUMENT_STATUS_VALID: _ClassVar[ArgumentStatus]
+    ARGUMENT_STATUS_REPAIRED: _ClassVar[ArgumentStatus]
+    ARGUMENT_STATUS_TRUNCATED: _ClassVar[ArgumentStatus]
+    ARGUMENT_STATUS_INVALID: _ClassVar[ArgumentStatus]
+
+class FileOperation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FILE_OPERATION_UNSPECIFIED: _ClassVar[FileOperation]
+    FILE_OPERATION_NONE: _ClassVar[FileOperation]
+    FILE_OPERATION_READ: _ClassVar[FileOperation]
+    FILE_OPERATION_WRITE: _ClassVar[FileOperation]
+    FILE_OPERATION_EDIT: _ClassVar[FileOperation]
+ROLE_UNSPECIFIED: Role
+ROLE_SYSTEM: Role
+ROLE_USER: Role
+ROLE_ASSISTANT: Role
+ROLE_TOOL: Role
+RESULT_STATUS_UNSPECIFIED: ResultStatus
+RESULT_STATUS_OK: ResultStatus
+RESULT_STATUS_ERROR: ResultStatus
+ARGUMENT_STATUS_UNSPECIFIED: ArgumentStatus
+ARGUMENT_STATUS_VALID: ArgumentStatus
+ARGUMENT_STATUS_REPAIRED: ArgumentStatus
+ARGUMENT_STATUS_TRUNCATED: ArgumentStatus
+ARGUMENT_STATUS_INVALID: ArgumentStatus
+FILE_OPERATION_UNSPECIFIED: FileOperation
+FILE_OPERATION_NONE: FileOperation
+FILE_OPERATION_READ: FileOperation
+FILE_OPERATION_WRITE: FileOperation
+FILE_OPERATION_EDIT: FileOperation
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "finish_reason", "status")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    content: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    name: str
+    reasoning_content: str
+    finish_reason: str
+    status: ResultStatus
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., reasoning_content: _Optional[str] = ..., finish_reason: _Optional[str] = ..., status: _Optional[_Union[ResultStatus, str]] = ...) -> None: ...
+
+class FileTools(_message.Message):
+    __slots__ = ("reads", "writes", "edits", "by_shape")
+    READS_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    EDITS_FIELD_NUMBER: _ClassVar[int]
+    BY_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    reads: _containers.RepeatedScalarFieldContainer[str]
+    writes: _containers.RepeatedScalarFieldContainer[str]
+    edits: _containers.RepeatedScalarFieldContainer[str]
+    by_shape: bool
+    def __init__(self, reads: _Optional[_Iterable[str]] = ..., writes: _Optional[_Iterable[str]] = ..., edits: _Optional[_Iterable[str]] = ..., by_shape: _Optional[bool] = ...) -> None: ...
+
+class Policy(_message.Message):
+    __slots__ = ("window", "reserve", "low_water", "protect_tail_turns", "keep_latest_failure", "shrink_min_chars", "shrink_keep_chars", "file_tools")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATER_FIELD_NUMBER: _ClassVar[int]
+    PROTECT_TAIL_TURNS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LATEST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    SHRINK_MIN_CHARS_FIELD_NUMBER: _ClassVar[int]
+    SHRINK_KEEP_CHARS_FIELD_NUMBER: _ClassVar[int]
+    FILE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    reserve: int
+    low_water: float
+    protect_tail_turns: int
+    keep_latest_failure: bool
+    shrink_min_chars: int
+    shrink_keep_chars: int
+    file_tools: FileTools
+    def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ..., keep_latest_failure: _Optional[bool] = ..., shrink_min_chars: _Optional[int] = ..., shrink_keep_chars: _Optional[int] = ..., file_tools: _Optional[_Union[FileTools, _Mapping]] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("name", "tokenizer", "policy", "tools_json", "message_count", "etag", "create_time", "expire_time", "ttl")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tokenizer: str
+    policy: Policy
+    tools_json: str
+    message_count: int
+    etag: str
+    create_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., tokenizer: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., tools_json: _Optional[str] = ..., message_count: _Optional[int] = ..., etag: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("session_id", "tokenizer", "policy", "tools_json", "ttl")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tokenizer: str
+    policy: Policy
+    tools_json: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, session_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., tools_json: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AppendMessagesRequest(_message.Message):
+    __slots__ = ("session", "messages", "request_id", "etag")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    request_id: str
+    etag: str
+    def __init__(self, session: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., request_id: _Optional[str] = ..., etag: _Optional[str] = ...) -> None: ...
+
+class ToolCallVerdict(_message.Message):
+    __slots__ = ("id", "name", "status", "detail", "runnable", "file_operation", "path")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    RUNNABLE_FIELD_NUMBER: _ClassVar[int]
+    FILE_OPERATION_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    status: ArgumentStatus
+    detail: str
+    runnable: bool
+    file_operation: FileOperation
+    path: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[ArgumentStatus, str]] = ..., detail: _Optional[str] = ..., runnable: _Optional[bool] = ..., file_operation: _Optional[_Union[FileOperation, str]] = ..., path: _Optional[str] = ...) -> None: ...
+
+class AppendedMessage(_message.Message):
+    __slots__ = ("index", "tokens", "tool_calls", "result_status")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    tokens: int
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCallVerdict]
+    result_status: ResultStatus
+    def __init__(self, index: _Optional[int] = ..., tokens: _Optional[int] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallVerdict, _Mapping]]] = ..., result_status: _Optional[_Union[ResultStatus, str]] = ...) -> None: ...
+
+class AppendMessagesResponse(_message.Message):
+    __slots__ = ("messages", "etag", "message_count", "replayed")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[AppendedMessage]
+    etag: str
+    message_count: int
+    replayed: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[AppendedMessage, _Mapping]]] = ..., etag: _Optional[str] = ..., message_count: _Optional[int] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class PromptOverrides(_message.Message):
+    __slots__ = ("window", "reserve", "low_water", "protect_tail_turns")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATER_FIELD_NUMBER: _ClassVar[int]
+    PROTECT_TAIL_TURNS_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    reserve: int
+    low_water: float
+    protect_tail_turns: int
+    def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ...) -> None: ...
+
+class BuildPromptRequest(_message.Message):
+    __slots__ = ("session", "overrides")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    overrides: PromptOverrides
+    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ...) -> None: ...
+
+class CompactionAction(_message.Message):
+    __slots__ = ("index", "action", "detail", "handle", "tokens_saved")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_SAVED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    action: str
+    detail: str
+    handle: str
+    tokens_saved: int
+    def __init__(self, index: _Optional[int] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ..., handle: _Optional[str] = ..., tokens_saved: _Optional[int] = ...) -> None: ...
+
+class StepReport(_message.Message):
+    __slots__ = ("step", "tokens_before", "tokens_after", "actions")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    tokens_before: int
+    tokens_after: int
+    actions: _containers.RepeatedCompositeFieldContainer[CompactionAction]
+    def __init__(self, step: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., actions: _Optional[_Iterable[_Union[CompactionAction, _Mapping]]] = ...) -> None: ...
+
+class BuildReport(_message.Message):
+    __slots__ = ("tokens_before", "tokens_after", "fits", "compacted", "steps", "handles", "notes")
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    FITS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    tokens_before: int
+    tokens_after: int
+    fits: bool
+    compacted: bool
+    steps: _containers.RepeatedCompositeFieldContainer[StepReport]
+    handles: _containers.RepeatedScalarFieldContainer[str]
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., fits: _Optional[bool] = ..., compacted: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepReport, _Mapping]]] = ..., handles: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BuildPromptResponse(_message.Message):
+    __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BODY_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    EXTENDS_PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    body_json: str
+    tokens: int
+    budget: int
+    extends_previous: bool
+    prefix_changed_at: int
+    report: BuildReport
+    etag: str
+    tokenizer: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., body_json: _Optional[str] = ..., tokens: _Optional[int] = ..., budget: _Optional[int] = ..., extends_previous: _Optional[bool] = ..., prefix_changed_at: _Optional[int] = ..., report: _Optional[_Union[BuildReport, _Mapping]] = ..., etag: _Optional[str] = ..., tokenizer: _Optional[str] = ...) -> None: ...
+
+class CountTokensRequest(_message.Message):
+    __slots__ = ("tokenizer", "messages", "text", "tools_json")
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    tokenizer: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    text: str
+    tools_json: str
+    def __init__(self, tokenizer: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., text: _Optional[str] = ..., tools_json: _Optional[str] = ...) -> None: ...
+
+class CountTokensResponse(_message.Message):
+    __slots__ = ("tokens", "message_tokens", "tokenizer", "notes")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    tokens: int
+    message_tokens: _containers.RepeatedScalarFieldContainer[int]
+    tokenizer: str
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tokens: _Optional[int] = ..., message_tokens: _Optional[_Iterable[int]] = ..., tokenizer: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListTokenizersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TokenizerProfile(_message.Message):
+    __slots__ = ("name", "spec", "is_default", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    spec: str
+    is_default: bool
+    description: str
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[str] = ..., is_default: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListTokenizersResponse(_message.Message):
+    __slots__ = ("tokenizers",)
+    TOKENIZERS_FIELD_NUMBER: _ClassVar[int]
+    tokenizers: _containers.RepeatedCompositeFieldContainer[TokenizerProfile]
+    def __init__(self, tokenizers: _Optional[_Iterable[_Union[TokenizerProfile, _Mapping]]] = ...) -> None: ...
+
+class GetPayloadRequest(_message.Message):
+    __slots__ = ("session", "handle")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    handle: str
+    def __init__(self, session: _Optional[str] = ..., handle: _Optional[str] = ...) -> None: ...
+
+class GetPayloadResponse(_message.Message):
+    __slots__ = ("handle", "content")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    content: str
+    def __init__(self, handle: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
