@@ -49,7 +49,8 @@ def trim(
     reserve: Annotated[int, typer.Option(help="Tokens kept free for the reply.")] = 2048,
     low_water: Annotated[float, typer.Option(help="When over budget, compact to this share of it.")] = 1.0,
     protect_tail: Annotated[int, typer.Option(help="Latest turns kept as they are.")] = 2,
-    chat_format: Annotated[str | None, typer.Option(help="Use budgeter's named format (chatml) instead of the model template.")] = None,
+    chat_format: Annotated[str | None, typer.Option(
+        help="Use budgeter's named format (chatml) instead of the model template.")] = None,
     payloads: Annotated[Path | None, typer.Option(help="Write elided payloads here as {handle: text}.")] = None,
 ) -> None:
     """Compact a request body so it fits WINDOW - RESERVE tokens by the exact count."""
@@ -84,6 +85,45 @@ def tokenizers() -> None:
 
     for name, desc in available().items():
         typer.echo(f"{name}{' (default)' if name == DEFAULT else ''}\t{desc}")
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one. [default: 50051]")] = None,
+    store: Annotated[str | None, typer.Option(help=(
+        "memory://, sqlite:///PATH or redis://HOST:PORT/DB (redis+cluster:// for a Cluster). "
+        "[default: SQLite at DATA_DIR/budgeter.db]"))] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Where the embedded store lives. [default: ~/.local/share/budgeter]")] = None,
+    tokenizer: Annotated[list[str] | None, typer.Option("--tokenizer", "-t", help=(
+        "Extra tokenizer profile NAME=SPEC (repeatable); the built-ins are always offered."))] = None,
+    default_tokenizer: Annotated[str | None, typer.Option(help="Profile used when a request names none.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Prometheus /metrics port; 0 turns it off. [default: 9464]")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML file with any of these settings.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the gRPC service until SIGTERM or Ctrl-C. Settings also come from BUDGETER_* variables."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from budgeter.settings import load_settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings(config, host=host, port=port, store=store, data_dir=data_dir,
+                                 tokenizers=tokenizer, default_tokenizer=default_tokenizer,
+                                 metrics_port=metrics_port)
+    except (ValidationError, ValueError) as exc:
+        fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
+    from budgeter.service.server import serve as run
+
+    try:
+        run(settings)
+    except BudgeterError as exc:
+        fail(exc.reason, exc.message)
 
 
 def main() -> None:

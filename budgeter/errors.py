@@ -41,10 +41,13 @@ class InvalidInput(BudgeterError):
     reason = "INVALID_INPUT"
 
     def __init__(
-        self, message: str, *, field: str = "", metadata: Mapping[str, object] | None = None
+        self, message: str, *, field: str = "", reason: str = "",
+        metadata: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message, metadata={**(metadata or {}), **({"field": field} if field else {})})
         self.field = field
+        if reason:
+            self.reason = reason
 
 
 class InvalidMessage(InvalidInput):
@@ -85,11 +88,6 @@ class RequestIdReused(InvalidInput):
 
 class LimitExceeded(InvalidInput):
     """A per-request limit; ``reason`` names which one."""
-
-    def __init__(self, message: str, *, reason: str, field: str = "",
-                 metadata: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, field=field, metadata=metadata)
-        self.reason = reason
 
 
 class SessionNotFound(NotFound):

@@ -38,6 +38,27 @@ class PieceCounter:
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
 
+    def ordinary(self, text: str) -> list[str]:
+        """The non-empty pieces between special tokens, in order."""
+        if self._split is None:
+            return [text] if text else []
+        return [p for p in self._split(text)[0::2] if p]
+
+    def piece_counts(self, text: str) -> list[int]:
+        pieces = self.ordinary(text)
+        self._pieces(pieces)
+        return [self._cache[p] for p in pieces]
+
+    def seed(self, text: str, counts: Sequence[int]) -> bool:
+        """Learn piece counts computed elsewhere (another replica) for ``text``; False when they
+        do not line up with its pieces (then nothing is learnt)."""
+        pieces = self.ordinary(text)
+        if len(pieces) != len(counts):
+            return False
+        for piece, n in zip(pieces, counts, strict=True):
+            self._cache.setdefault(piece, int(n))
+        return True
+
     def _pieces(self, pieces: Sequence[str]) -> int:
         cache = self._cache
         missing = {p for p in pieces if p and p not in cache}
@@ -86,9 +107,10 @@ class TemplateCounter:
 
     def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
         dicts = [self._template_dict(m) for m in messages]
+        schemas: Sequence[Mapping[str, Any]] = tools
         if self.adapter is not None:
-            dicts, tools = self.adapter(dicts, tools)
-        return self.format.render(dicts, list(tools) or None, add_generation_prompt=True)
+            dicts, schemas = self.adapter(dicts, tools)
+        return self.format.render(dicts, list(schemas) or None, add_generation_prompt=True)
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.pieces.count(self.render(messages, tools))
@@ -104,12 +126,30 @@ class TemplateCounter:
             cost = self._costs[message] = self._isolated(message)
         return cost
 
-    def _isolated(self, m: Message) -> int:
+    def export_cost(self, message: Message) -> tuple[int, list[int]]:
+        """The message's cost and the counts of its pieces, to store beside it so that another
+        replica can ``import_cost`` them instead of tokenizing the message again."""
+        text = self._isolated_text(message)
+        return self.message_cost(message), self.pieces.piece_counts(text) if text is not None else []
+
+    def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
+        self._costs.setdefault(message, int(cost))
+        text = self._isolated_text(message) if counts else None
+        if text is not None:
+            self.pieces.seed(text, counts)
+
+    def _isolated_text(self, m: Message) -> str | None:
         dicts = [self._template_dict(m)]
         if self.adapter is not None:
             dicts, _ = self.adapter(dicts, ())
         try:
-            return self.pieces.count(self.format.render(dicts, None, add_generation_prompt=False))
+            return self.format.render(dicts, None, add_generation_prompt=False)
         except Exception:  # templates that reject a lone message (alternation rules)
+            return None
+
+    def _isolated(self, m: Message) -> int:
+        text = self._isolated_text(m)
+        if text is None:
             text = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
             return self.pieces.count(text) + 8
+        return self.pieces.count(text)

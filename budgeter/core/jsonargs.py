@@ -228,7 +228,7 @@ def stand_in(text: str, verdict: ArgVerdict) -> tuple[str, str]:
 
 
 def shrink_leaves(
-    value: Any, *, limit: int, keep: int, elide: "Elider", depth: int = 0
+    value: Any, *, limit: int, keep: int, elide: Elider, depth: int = 0
 ) -> Any:
     """Shrink string leaves longer than ``limit`` chars to head + marker + tail. Keys, numbers,
     booleans and lists of scalars are untouched; a JSON document inside a string is shrunk

@@ -9,6 +9,7 @@ marks its calls as cut) and ``status`` (``ok``/``error``) on a tool result (the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -159,8 +160,6 @@ def to_template(m: Message) -> dict[str, Any]:
     out = to_openai(m)
     for call in out.get("tool_calls", ()):
         fn = call["function"]
-        try:
+        with contextlib.suppress(ValueError):  # unparseable text is rendered as given
             fn["arguments"] = json.loads(fn["arguments"])
-        except ValueError:
-            pass  # unparseable text is rendered as given (never leaves the engine like this)
     return out

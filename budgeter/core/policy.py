@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from budgeter.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +59,38 @@ class Policy:
         if self.shrink_keep_chars < 60 or self.shrink_min_chars <= self.shrink_keep_chars:
             problems.append(("shrink_min_chars", "must exceed shrink_keep_chars (>= 60)"))
         return problems
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    out = asdict(policy)
+    out["file_tools"] = {k: sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple)
+                         else v for k, v in out["file_tools"].items()}
+    return out
+
+
+def policy_from_dict(raw: dict[str, Any]) -> Policy:
+    """The inverse of ``policy_to_dict``; unknown or ill-typed fields are an ``InvalidInput``."""
+    known = {f.name for f in fields(Policy)}
+    extra = set(raw) - known
+    if extra:
+        raise InvalidInput(f"unknown policy field {sorted(extra)[0]!r}", field=f"policy.{sorted(extra)[0]}")
+    values = dict(raw)
+    if "file_tools" in values:
+        values["file_tools"] = _file_tools(values["file_tools"])
+    policy = Policy(**values)
+    problems = policy.validate()
+    if problems:
+        name, why = problems[0]
+        raise InvalidInput(f"policy.{name} {why}", field=f"policy.{name}")
+    return policy
+
+
+def _file_tools(raw: Any) -> FileTools:
+    if isinstance(raw, FileTools):
+        return raw
+    known = {f.name for f in fields(FileTools)}
+    if not isinstance(raw, dict) or set(raw) - known:
+        raise InvalidInput("policy.file_tools has unknown fields", field="policy.file_tools")
+    conv = {k: frozenset(v) if k in ("reads", "writes", "edits") else
+            tuple(v) if isinstance(v, list | tuple) else v for k, v in raw.items()}
+    return FileTools(**conv)  # type: ignore[arg-type]  # checked names, JSON-typed values

@@ -58,8 +58,20 @@ class PromptCounter(Protocol):
         """Exact token count of the prompt the server would build for these messages."""
         ...
 
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text (special-token strings matched as the server would)."""
+        ...
+
     def message_cost(self, message: Message) -> int:
         """Cached cost of one message rendered on its own (used to plan; totals are exact)."""
+        ...
+
+    def export_cost(self, message: Message) -> tuple[int, list[int]]:
+        """``message_cost`` plus whatever lets another process skip tokenizing this message."""
+        ...
+
+    def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
+        """Learn what ``export_cost`` gave (same profile) without tokenizing."""
         ...
 
 

@@ -54,7 +54,7 @@ class MemoryStore:
         with self._lock:
             return self._entry(session_id).record
 
-    def list(self, *, after: str, limit: int) -> list[SessionRecord]:
+    def list_page(self, *, after: str, limit: int) -> list[SessionRecord]:
         with self._lock:
             t = now()
             ids = sorted(k for k, e in self._sessions.items()

@@ -159,7 +159,7 @@ class RedisStore:
     def get(self, session_id: str) -> SessionRecord:
         return self.read(session_id, since=-1)[0]
 
-    def list(self, *, after: str, limit: int) -> list[SessionRecord]:
+    def list_page(self, *, after: str, limit: int) -> list[SessionRecord]:
         out: list[SessionRecord] = []
         with self._guard():
             while len(out) < limit:

@@ -107,7 +107,7 @@ class SQLiteStore:
         with self._tx() as db:
             return self._row(db, session_id)
 
-    def list(self, *, after: str, limit: int) -> list[SessionRecord]:
+    def list_page(self, *, after: str, limit: int) -> list[SessionRecord]:
         with self._tx() as db:
             rows = db.execute(
                 f"SELECT {COLUMNS} FROM sessions WHERE id > ? AND (expires IS NULL OR expires > ?) "

@@ -57,12 +57,20 @@ def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
 
 
 def _byte_level_bpe(tokens: list[str], types: list[int], merges: list[str], split: str, nfc: bool) -> Any:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
 
     special = [(i, t) for i, (t, k) in enumerate(zip(tokens, types, strict=True))
                if k in (_CONTROL, _USER_DEFINED)]
     vocab = {t: i for i, t in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    pairs = [(a, b) for a, _, b in (m.partition(" ") for m in merges)]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, ignore_merges=False))
     if nfc:
         tok.normalizer = normalizers.NFC()

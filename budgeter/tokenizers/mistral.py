@@ -42,7 +42,7 @@ def _request_dict(m: Message) -> dict[str, Any]:
 class MistralCounter:
     def __init__(self, tokenizer: Any, *, name: str) -> None:
         self.name = name
-        self.notes = ("mistral-common request encoding (exact, memoized per message)",)
+        self.notes: tuple[str, ...] = ("mistral-common request encoding (exact, memoized per message)",)
         self._tok = tokenizer
         self._memo: dict[tuple[Any, ...], int] = {}
         self._costs: dict[Message, int] = {}
@@ -65,7 +65,11 @@ class MistralCounter:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
-        from mistral_common.protocol.instruct.messages import AssistantMessage, ToolMessage, UserMessage
+        from mistral_common.protocol.instruct.messages import (
+            AssistantMessage,
+            ToolMessage,
+            UserMessage,
+        )
 
         request = self._instruct(messages, tools)
         it = self._tok.instruct_tokenizer
@@ -82,14 +86,14 @@ class MistralCounter:
                     force_img_first=True, settings=r.settings)[0]
             elif isinstance(msg, ToolMessage):
                 flags = (idx < last,)
-                fn = lambda m=msg, f=flags: it.encode_tool_message(m, f[0])[0]  # noqa: E731
+                fn = lambda m=msg, f=flags: it.encode_tool_message(m, f[0])[0]  # type: ignore[misc,assignment]  # noqa: E731
             elif isinstance(msg, AssistantMessage):
                 flags = (idx < last,)
-                fn = lambda m=msg, f=flags: it.encode_assistant_message(  # noqa: E731
+                fn = lambda m=msg, f=flags: it.encode_assistant_message(  # type: ignore[misc,assignment]  # noqa: E731
                     message=m, is_before_last_user_message=f[0])
             else:
                 flags = ()
-                fn = lambda m=msg: it.encode_system_message(m)[0]  # noqa: E731
+                fn = lambda m=msg: it.encode_system_message(m)[0]  # type: ignore[misc,assignment]  # noqa: E731
             key = (type(msg).__name__, msg.model_dump_json(), flags)
             n = self._memo.get(key)
             if n is None:
@@ -102,6 +106,15 @@ class MistralCounter:
 
         req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
         return list(self._tok.encode_chat_completion(req).tokens)
+
+    def count_text(self, text: str) -> int:
+        return len(self._tok.instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
+
+    def export_cost(self, message: Message) -> tuple[int, list[int]]:
+        return self.message_cost(message), []
+
+    def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
+        self._costs.setdefault(message, int(cost))
 
     def message_cost(self, message: Message) -> int:
         cost = self._costs.get(message)

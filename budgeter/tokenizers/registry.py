@@ -100,7 +100,7 @@ def _from_path(path: Path, chat_format: str | None) -> PromptCounter:
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise InvalidTokenizerSpec(f"{path} has no tokenizer.json", field="tokenizer")
-        tok = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name)
+        tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name)
         template, variables = _folder_template(path)
         return _with_template(tok, template, variables, chat_format, name=name, source=str(path))
     if path.suffix == ".gguf":

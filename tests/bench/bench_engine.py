@@ -116,8 +116,10 @@ def main() -> None:
         print(f"\nsession {chars:,} chars, {len(body['messages'])} messages, {len(build)} turns")
         print(f"  append: p50 {statistics.median(app):.2f} ms, new chars tokenized per turn p50 "
               f"{statistics.median(new_chars):,.0f}")
-        print(f"  build:  p50 {statistics.median(build):.2f} ms, p99 {pct(build, 0.99):.2f} ms, max {max(build):.1f} ms")
-        print(f"  prefix stability: {sum(ext[1:]) / max(1, len(ext) - 1):.0%} of turns extend the previous prompt")
+        print(f"  build:  p50 {statistics.median(build):.2f} ms, p99 {pct(build, 0.99):.2f} ms, "
+              f"max {max(build):.1f} ms")
+        stable = sum(ext[1:]) / max(1, len(ext) - 1)
+        print(f"  prefix stability: {stable:.0%} of turns extend the previous prompt")
         print(f"  window utilization (last 30 turns): mean {statistics.mean(util[-30:]):.0%}; "
               f"failed-payload share of window: {statistics.mean(failed[-30:]):.1%}")
         if a.langchain:
@@ -126,7 +128,8 @@ def main() -> None:
                     print(f"  langchain {name}: could not convert the session")
                     continue
                 over = sum(r > policy.budget for r in real)
-                print(f"  langchain trim_messages ({name} counter, session without its cut calls): p50 {statistics.median(ms_):.1f} ms "
+                print(f"  langchain trim_messages ({name} counter, session without its cut calls): "
+                      f"p50 {statistics.median(ms_):.1f} ms "
                       f"({statistics.median(ms_) / statistics.median(build):.0f}x budgeter build); "
                       f"over budget by the exact count on {over}/{len(real)} turns (max {max(real):,})")
 

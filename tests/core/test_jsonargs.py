@@ -5,7 +5,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budgeter.core.jsonargs import (
-    ArgStatus, Elider, classify_arguments, complete_members, shrink_leaves, stand_in,
+    ArgStatus,
+    Elider,
+    classify_arguments,
+    complete_members,
+    shrink_leaves,
+    stand_in,
 )
 from budgeter.core.markers import contains_marker, find_markers
 

@@ -132,7 +132,7 @@ def test_list_pages_in_id_order(store):
     store.delete("s3")
     seen, after = [], ""
     while True:
-        page = store.list(after=after, limit=3)
+        page = store.list_page(after=after, limit=3)
         if not page:
             break
         seen += [r.id for r in page]
@@ -153,7 +153,7 @@ def test_ttl_expires_and_append_renews(store):
     time.sleep(0.5)
     with pytest.raises(SessionNotFound):
         store.get("s1")
-    assert [r.id for r in store.list(after="", limit=10)] == ["forever"]
+    assert [r.id for r in store.list_page(after="", limit=10)] == ["forever"]
     assert store.count() == 1
     store.create(new())  # the id is free again
 

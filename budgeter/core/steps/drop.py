@@ -17,7 +17,13 @@ from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handle_for, marker
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import (
-    Action, Context, Item, StepReport, View, protected_positions, units,
+    Action,
+    Context,
+    Item,
+    StepReport,
+    View,
+    protected_positions,
+    units,
 )
 
 

@@ -12,7 +12,13 @@ from dataclasses import replace
 from budgeter.core.jsonargs import Elider, dumps, shrink_leaves
 from budgeter.core.markers import contains_marker
 from budgeter.core.pipeline import (
-    Action, Context, Item, StepReport, View, protected_positions, with_message,
+    Action,
+    Context,
+    Item,
+    StepReport,
+    View,
+    protected_positions,
+    with_message,
 )
 from budgeter.core.sniff import sniff
 

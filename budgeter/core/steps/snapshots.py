@@ -30,7 +30,7 @@ def _file_events(view: View, ctx: Context) -> list[tuple[int, FileOp, str, str, 
                 continue
             ok = ctx.facts[view[pos].index].result is ResultStatus.OK
             if ok or facts.op is not FileOp.READ:
-                events.append((pos, facts.op, facts.path, facts.name, head.index))
+                events.append((pos, FileOp(facts.op), facts.path, facts.name, head.index))
     return events
 
 

@@ -1,0 +1,194 @@
+"""A small synchronous client that speaks plain OpenAI-style message dicts.
+
+    from budgeter.client import Client
+
+    session = Client("127.0.0.1:50051").create_session(tools=TOOLS, window=32768)
+    session.append([{"role": "user", "content": task}])
+    while True:
+        prompt = session.prompt()                       # fits the window, exact count
+        reply = llm.chat.completions.create(model=MODEL, **prompt.body)
+        session.append([reply.choices[0].message.model_dump(exclude_none=True)])
+        ...
+
+Errors come back as ``ClientError`` with the server's ``code``, ``reason`` and ``metadata``.
+Appends carry a fresh ``request_id`` and are retried with it when the server is briefly
+unavailable, so a retry never duplicates history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from budgeter.core.messages import from_openai, to_openai
+from budgeter.errors import BudgeterError
+from budgeter.service.convert import message_from_pb, message_to_pb
+from budgeter.service.errors import error_info
+from budgeter.v1 import budgeter_pb2 as pb
+from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class ClientError(BudgeterError):
+    def __init__(self, err: grpc.RpcError) -> None:
+        info = error_info(err)
+        super().__init__(err.details() or str(err.code()), metadata=dict(info.metadata) if info else {})
+        self.code: grpc.StatusCode = err.code()
+        self.reason = info.reason if info else err.code().name
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tokens: int
+    budget: int
+    extends_previous: bool
+    prefix_changed_at: int
+    report: dict[str, Any]
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """Keyword arguments for a chat-completions call: messages (and tools)."""
+        return {"messages": self.messages, **({"tools": self.tools} if self.tools else {})}
+
+
+class Client:
+    def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
+                 channel: grpc.Channel | None = None) -> None:
+        self.channel = channel or grpc.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 64 << 20),
+                             ("grpc.max_send_message_length", 64 << 20)])
+        self.stub = pb_grpc.BudgeterServiceStub(self.channel)
+        self.timeout = timeout
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _call(self, method: str, request: Any, *, retries: int = 0) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return getattr(self.stub, method)(request, timeout=self.timeout)
+            except grpc.RpcError as err:
+                if err.code() not in RETRYABLE or attempt == retries:
+                    raise ClientError(err) from None
+                time.sleep(0.1 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def create_session(self, *, session_id: str = "", tokenizer: str = "",
+                       tools: Sequence[Mapping[str, Any]] = (), ttl: float | None = None,
+                       file_tools: Mapping[str, Iterable[str]] | None = None,
+                       **policy: Any) -> SessionHandle:
+        """``policy``: window, reserve, low_water, protect_tail_turns, keep_latest_failure,
+        shrink_min_chars, shrink_keep_chars. ``file_tools``: {"reads": [...], "writes": [...],
+        "edits": [...]} tool names."""
+        request = pb.CreateSessionRequest(session_id=session_id, tokenizer=tokenizer,
+                                          policy=pb.Policy(**policy),
+                                          tools_json=json.dumps(list(tools), ensure_ascii=False))
+        if file_tools:
+            request.policy.file_tools.CopyFrom(pb.FileTools(
+                reads=list(file_tools.get("reads", ())), writes=list(file_tools.get("writes", ())),
+                edits=list(file_tools.get("edits", ()))))
+        if ttl is not None:
+            request.ttl.FromNanoseconds(int(ttl * 1e9))
+        session = self._call("CreateSession", request).session
+        return SessionHandle(self, session.name.removeprefix("sessions/"))
+
+    def session(self, session_id: str) -> SessionHandle:
+        return SessionHandle(self, session_id)
+
+    def get_session(self, session_id: str) -> dict[str, Any]:
+        s = self._call("GetSession", pb.GetSessionRequest(name=f"sessions/{session_id}")).session
+        out = MessageToDict(s, preserving_proto_field_name=True,
+                            always_print_fields_with_no_presence=True)
+        out["message_count"] = int(out["message_count"])
+        return out
+
+    def list_sessions(self, *, page_size: int = 100) -> Iterable[str]:
+        token = ""
+        while True:
+            page = self._call("ListSessions", pb.ListSessionsRequest(page_size=page_size, page_token=token))
+            yield from (s.name.removeprefix("sessions/") for s in page.sessions)
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_session(self, session_id: str) -> None:
+        self._call("DeleteSession", pb.DeleteSessionRequest(name=f"sessions/{session_id}"))
+
+    # -- history and prompts -------------------------------------------------------------------
+
+    def append(self, session_id: str, messages: Sequence[Mapping[str, Any]], *,
+               request_id: str | None = None, etag: str = "") -> dict[str, Any]:
+        request = pb.AppendMessagesRequest(
+            session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
+            messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
+        response = self._call("AppendMessages", request, retries=3)
+        return MessageToDict(response, preserving_proto_field_name=True,
+                             always_print_fields_with_no_presence=True)
+
+    def prompt(self, session_id: str, **overrides: Any) -> Prompt:
+        request = pb.BuildPromptRequest(session=f"sessions/{session_id}")
+        if overrides:
+            request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
+        r = self._call("BuildPrompt", request, retries=2)
+        body = json.loads(r.body_json)
+        return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
+                      r.extends_previous, r.prefix_changed_at,
+                      MessageToDict(r.report, preserving_proto_field_name=True))
+
+    def payload(self, session_id: str, handle: str) -> str:
+        return self._call("GetPayload", pb.GetPayloadRequest(session=f"sessions/{session_id}",
+                                                             handle=handle)).content
+
+    def count_tokens(self, messages: Sequence[Mapping[str, Any]] = (), *, text: str = "",
+                     tokenizer: str = "", tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        request = pb.CountTokensRequest(
+            tokenizer=tokenizer, text=text, tools_json=json.dumps(list(tools)) if tools else "",
+            messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
+        return int(self._call("CountTokens", request).tokens)
+
+    def tokenizers(self) -> list[dict[str, Any]]:
+        r = self._call("ListTokenizers", pb.ListTokenizersRequest())
+        return [MessageToDict(t, preserving_proto_field_name=True) for t in r.tokenizers]
+
+
+class SessionHandle:
+    """One session: ``append`` dicts, get the ``prompt`` to send."""
+
+    def __init__(self, client: Client, session_id: str) -> None:
+        self.client = client
+        self.id = session_id
+
+    def append(self, messages: Sequence[Mapping[str, Any]], **kw: Any) -> dict[str, Any]:
+        return self.client.append(self.id, messages, **kw)
+
+    def prompt(self, **overrides: Any) -> Prompt:
+        return self.client.prompt(self.id, **overrides)
+
+    def payload(self, handle: str) -> str:
+        return self.client.payload(self.id, handle)
+
+    def delete(self) -> None:
+        self.client.delete_session(self.id)
+
+
+def messages_of(response: pb.BuildPromptResponse) -> list[dict[str, Any]]:
+    """Typed prompt messages -> OpenAI dicts (the same as ``body_json``'s messages)."""
+    return [to_openai(message_from_pb(m, i)) for i, m in enumerate(response.messages)]

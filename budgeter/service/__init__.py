@@ -1,0 +1,1 @@
+"""The gRPC service: ``create_server``/``serve`` over ``Sessions`` (store + engine)."""

@@ -1,0 +1,161 @@
+"""Protobuf <-> domain conversion, the only place where both meet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from budgeter.core.engine import BuildResult
+from budgeter.core.messages import Message, from_openai, to_openai
+from budgeter.core.policy import policy_to_dict
+from budgeter.errors import InvalidInput
+from budgeter.service.sessions import AppendResult, CountResult, SessionInfo
+from budgeter.v1 import budgeter_pb2 as pb
+
+ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT: "assistant",
+               pb.ROLE_TOOL: "tool"}
+STR_TO_ROLE = {v: k for k, v in ROLE_TO_STR.items()}
+STATUS_TO_STR = {pb.RESULT_STATUS_OK: "ok", pb.RESULT_STATUS_ERROR: "error"}
+STR_TO_STATUS = {v: k for k, v in STATUS_TO_STR.items()}
+ARG_STATUS = {"VALID": pb.ARGUMENT_STATUS_VALID, "REPAIRED": pb.ARGUMENT_STATUS_REPAIRED,
+              "TRUNCATED": pb.ARGUMENT_STATUS_TRUNCATED, "INVALID": pb.ARGUMENT_STATUS_INVALID}
+FILE_OP = {"NONE": pb.FILE_OPERATION_NONE, "READ": pb.FILE_OPERATION_READ,
+           "WRITE": pb.FILE_OPERATION_WRITE, "EDIT": pb.FILE_OPERATION_EDIT}
+RESULT = {"OK": pb.RESULT_STATUS_OK, "ERROR": pb.RESULT_STATUS_ERROR}
+POLICY_FIELDS = ("reserve", "low_water", "protect_tail_turns", "keep_latest_failure",
+                 "shrink_min_chars", "shrink_keep_chars")
+
+
+def message_from_pb(m: pb.Message, index: int) -> Message:
+    raw: dict[str, Any] = {"role": ROLE_TO_STR.get(m.role, ""), "content": m.content}
+    if m.tool_calls:
+        raw["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    for key, value in (("tool_call_id", m.tool_call_id), ("name", m.name),
+                       ("reasoning_content", m.reasoning_content),
+                       ("finish_reason", m.finish_reason), ("status", STATUS_TO_STR.get(m.status))):
+        if value:
+            raw[key] = value
+    if m.role == pb.ROLE_TOOL and "tool_call_id" not in raw:
+        raw["tool_call_id"] = None
+    return from_openai(raw, index=index)
+
+
+def messages_from_pb(messages: Sequence[pb.Message]) -> list[Message]:
+    return [message_from_pb(m, i) for i, m in enumerate(messages)]
+
+
+def message_to_pb(m: Message) -> pb.Message:
+    return pb.Message(
+        role=STR_TO_ROLE[m.role], content=m.content, tool_call_id=m.tool_call_id or "",
+        name=m.name or "", reasoning_content=m.reasoning or "", finish_reason=m.finish_reason or "",
+        status=STR_TO_STATUS.get(m.status or "", pb.RESULT_STATUS_UNSPECIFIED),
+        tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in m.tool_calls])
+
+
+def tools_from_json(text: str) -> list[dict[str, Any]]:
+    if not text:
+        return []
+    try:
+        tools = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"tools_json is not JSON: {exc}", field="tools_json") from exc
+    if not isinstance(tools, list):
+        raise InvalidInput("tools_json must be a JSON array", field="tools_json")
+    return tools
+
+
+def policy_from_pb(p: pb.Policy) -> dict[str, Any]:
+    out: dict[str, Any] = {"window": p.window} if p.window else {}
+    out.update({f: getattr(p, f) for f in POLICY_FIELDS if p.HasField(f)})
+    if p.HasField("file_tools"):
+        ft = p.file_tools
+        tools: dict[str, Any] = {"reads": list(ft.reads), "writes": list(ft.writes),
+                                 "edits": list(ft.edits)}
+        if ft.HasField("by_shape"):
+            tools["by_shape"] = ft.by_shape
+        out["file_tools"] = tools
+    return out
+
+
+def overrides_from_pb(o: pb.PromptOverrides) -> dict[str, Any]:
+    return {f: getattr(o, f) for f in ("window", "reserve", "low_water", "protect_tail_turns")
+            if o.HasField(f)}
+
+
+def policy_to_pb(policy_dict: dict[str, Any]) -> pb.Policy:
+    ft = policy_dict["file_tools"]
+    return pb.Policy(window=policy_dict["window"], **{f: policy_dict[f] for f in POLICY_FIELDS},
+                     file_tools=pb.FileTools(reads=ft["reads"], writes=ft["writes"],
+                                             edits=ft["edits"], by_shape=ft["by_shape"]))
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def session_to_pb(info: SessionInfo) -> pb.Session:
+    rec = info.record
+    out = pb.Session(name=f"sessions/{info.id}", tokenizer=info.config.tokenizer,
+                     policy=policy_to_pb(policy_to_dict(info.config.policy)),
+                     tools_json=json.dumps(list(info.config.tools), ensure_ascii=False),
+                     message_count=rec.version, etag=info.etag, create_time=_timestamp(rec.created))
+    if rec.expires is not None:
+        out.expire_time.CopyFrom(_timestamp(rec.expires))
+    if rec.ttl:
+        out.ttl.FromNanoseconds(int(rec.ttl * 1e9))
+    return out
+
+
+def ttl_from_pb(has: bool, d: Duration) -> float | None:
+    return d.ToNanoseconds() / 1e9 if has else None
+
+
+def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
+    return pb.AppendMessagesResponse(
+        etag=r.etag, message_count=r.message_count, replayed=r.replayed,
+        messages=[pb.AppendedMessage(
+            index=a.index, tokens=a.tokens,
+            result_status=RESULT.get(a.result or "", pb.RESULT_STATUS_UNSPECIFIED),
+            tool_calls=[pb.ToolCallVerdict(
+                id=cid, name=name, status=ARG_STATUS[status], detail=detail,
+                runnable=status in ("VALID", "REPAIRED"), file_operation=FILE_OP[op], path=path)
+                for cid, name, status, detail, op, path in a.calls])
+            for a in r.messages])
+
+
+def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
+    body: dict[str, Any] = {"messages": [to_openai(m) for m in messages]}
+    if tools:
+        body["tools"] = list(tools)
+    return json.dumps(body, ensure_ascii=False)
+
+
+def build_to_pb(result: BuildResult, info: SessionInfo) -> pb.BuildPromptResponse:
+    report = pb.BuildReport(
+        tokens_before=result.tokens_before, tokens_after=result.tokens,
+        fits=result.tokens <= result.budget, compacted=result.compacted,
+        handles=sorted(result.payloads), notes=list(result.notes),
+        steps=[pb.StepReport(step=s.step, tokens_before=s.tokens_before, tokens_after=s.tokens_after,
+                             actions=[pb.CompactionAction(index=a.index, action=a.what, detail=a.detail,
+                                                          handle=a.handle, tokens_saved=a.tokens_saved)
+                                      for a in s.actions])
+               for s in result.steps if s.actions or s.tokens_before != s.tokens_after])
+    return pb.BuildPromptResponse(
+        messages=[message_to_pb(m) for m in result.messages],
+        body_json=body_json(result.messages, info.config.tools), tokens=result.tokens,
+        budget=result.budget, extends_previous=result.extends_previous,
+        prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,
+        tokenizer=info.config.tokenizer)
+
+
+def count_to_pb(r: CountResult) -> pb.CountTokensResponse:
+    return pb.CountTokensResponse(tokens=r.tokens, message_tokens=list(r.message_tokens),
+                                  tokenizer=r.tokenizer, notes=list(r.notes))

@@ -1,0 +1,32 @@
+"""Prometheus metrics, each server with its own registry (served on a separate port)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from budgeter.core.engine import BuildResult
+
+BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.rpc_seconds = Histogram(
+            "budgeter_rpc_duration_seconds", "RPC latency by method and status code.",
+            ["method", "code"], buckets=BUCKETS, registry=self.registry)
+        self.tokens_counted = Counter(
+            "budgeter_tokens_counted", "Tokens counted: appended messages and CountTokens calls.",
+            ["tokenizer"], registry=self.registry)
+        self.tokens_elided = Counter(
+            "budgeter_tokens_elided", "Tokens removed from prompts, by compaction step.",
+            ["step"], registry=self.registry)
+        self.store_errors = Counter(
+            "budgeter_store_errors", "Store calls that failed (the store was unavailable).",
+            ["store"], registry=self.registry)
+
+    def built(self, result: BuildResult) -> None:
+        for step in result.steps:
+            saved = step.tokens_before - step.tokens_after
+            if saved > 0:
+                self.tokens_elided.labels(step.step).inc(saved)

@@ -1,0 +1,107 @@
+"""The gRPC servicer: thin methods that convert, call ``Sessions`` and convert back."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from budgeter.errors import StoreUnavailable
+from budgeter.service import convert as cv
+from budgeter.service.errors import code_for, to_status
+from budgeter.service.metrics import Metrics
+from budgeter.service.sessions import Sessions
+from budgeter.v1 import budgeter_pb2 as pb
+from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+
+R = TypeVar("R")
+
+
+def rpc(method: Callable[..., R]) -> Callable[..., R]:
+    """Times the call and turns every exception into a status with ErrorInfo."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: BudgeterServicer, request: Any, context: grpc.ServicerContext) -> R:
+        start = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            code = code_for(exc)
+            if isinstance(exc, StoreUnavailable):
+                self.metrics.store_errors.labels(self.sessions.store.name).inc()
+            context.abort_with_status(to_status(exc))
+            raise  # not reached: abort_with_status raises
+        finally:
+            self.metrics.rpc_seconds.labels(name, code.name).observe(time.perf_counter() - start)
+
+    return wrapper
+
+
+class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
+    def __init__(self, sessions: Sessions, metrics: Metrics) -> None:
+        self.sessions = sessions
+        self.metrics = metrics
+
+    @rpc
+    def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        info = self.sessions.create(
+            session_id=request.session_id, tokenizer=request.tokenizer,
+            policy=cv.policy_from_pb(request.policy), tools=cv.tools_from_json(request.tools_json),
+            ttl=cv.ttl_from_pb(request.HasField("ttl"), request.ttl))
+        return pb.CreateSessionResponse(session=cv.session_to_pb(info))
+
+    @rpc
+    def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
+        return pb.GetSessionResponse(session=cv.session_to_pb(self.sessions.get(request.name)))
+
+    @rpc
+    def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
+        infos, token = self.sessions.list_sessions(page_size=request.page_size, page_token=request.page_token)
+        return pb.ListSessionsResponse(sessions=[cv.session_to_pb(i) for i in infos],
+                                       next_page_token=token)
+
+    @rpc
+    def DeleteSession(self, request: pb.DeleteSessionRequest, context: Any) -> pb.DeleteSessionResponse:
+        self.sessions.delete(request.name)
+        return pb.DeleteSessionResponse()
+
+    @rpc
+    def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
+        result = self.sessions.append(request.session, cv.messages_from_pb(request.messages),
+                                      request_id=request.request_id, etag=request.etag)
+        if not result.replayed:
+            self.metrics.tokens_counted.labels(result.tokenizer).inc(
+                sum(m.tokens for m in result.messages))
+        return cv.append_to_pb(result)
+
+    @rpc
+    def BuildPrompt(self, request: pb.BuildPromptRequest, context: Any) -> pb.BuildPromptResponse:
+        overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
+        result, info = self.sessions.build(request.session, overrides=overrides)
+        self.metrics.built(result)
+        return cv.build_to_pb(result, info)
+
+    @rpc
+    def CountTokens(self, request: pb.CountTokensRequest, context: Any) -> pb.CountTokensResponse:
+        result = self.sessions.count(tokenizer=request.tokenizer,
+                                     messages=cv.messages_from_pb(request.messages),
+                                     text=request.text, tools=cv.tools_from_json(request.tools_json))
+        self.metrics.tokens_counted.labels(result.tokenizer).inc(result.tokens)
+        return cv.count_to_pb(result)
+
+    @rpc
+    def ListTokenizers(self, request: pb.ListTokenizersRequest, context: Any) -> pb.ListTokenizersResponse:
+        return pb.ListTokenizersResponse(tokenizers=[
+            pb.TokenizerProfile(name=p.name, spec=p.spec, is_default=p.is_default,
+                                description=p.description)
+            for p in self.sessions.profiles.all()])
+
+    @rpc
+    def GetPayload(self, request: pb.GetPayloadRequest, context: Any) -> pb.GetPayloadResponse:
+        content = self.sessions.payload(request.session, request.handle)
+        return pb.GetPayloadResponse(handle=request.handle, content=content)

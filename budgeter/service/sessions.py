@@ -1,0 +1,380 @@
+"""Sessions over a store: what every RPC does, with no protobuf in sight.
+
+Each replica keeps, per recently used session, the engine's state (``Live``): the history with its
+cached counts and the plan of the previous prompt, and the store version it has seen. A request
+first reads only the records past that version (one round trip), so a replica never re-reads or
+re-tokenizes history: each stored record carries its message's token count and piece counts
+under the tokenizer spec that made them, and a replica imports them instead of tokenizing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from budgeter.core.engine import BuildResult, Session
+from budgeter.core.facts import Facts, facts_of
+from budgeter.core.messages import Message, from_openai, to_openai
+from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
+from budgeter.core.typing import JSONDict
+from budgeter.errors import (
+    EtagMismatch,
+    InvalidInput,
+    LimitExceeded,
+    QuotaExceeded,
+    SessionNotFound,
+)
+from budgeter.service.profiles import Profiles
+from budgeter.store.base import SessionRecord, SessionStore, StaleIncarnation, check_session_id
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_message_bytes: int = 4 << 20
+    max_messages_per_append: int = 1000
+    max_sessions: int = 100_000
+    live_sessions: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    tokenizer: str
+    spec: str
+    policy: Policy
+    tools: tuple[JSONDict, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({"tokenizer": self.tokenizer, "spec": self.spec,
+                           "policy": policy_to_dict(self.policy), "tools": list(self.tools)},
+                          ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionConfig:
+        raw = json.loads(text)
+        return cls(raw["tokenizer"], raw["spec"], policy_from_dict(raw["policy"]),
+                   tuple(raw["tools"]))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    id: str
+    config: SessionConfig
+    record: SessionRecord
+
+    @property
+    def etag(self) -> str:
+        return make_etag(self.record.version, self.record.incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    index: int
+    tokens: int
+    calls: tuple[tuple[str, str, str, str, str, str], ...]
+    """(id, name, argument status, detail, file operation, path) per tool call."""
+    result: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    messages: tuple[Appended, ...]
+    etag: str
+    message_count: int
+    replayed: bool
+    tokenizer: str
+
+
+@dataclass(frozen=True, slots=True)
+class CountResult:
+    tokens: int
+    message_tokens: tuple[int, ...]
+    tokenizer: str
+    notes: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Live:
+    info: SessionInfo
+    engine: Session
+    version: int = 0
+    stored_handles: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def make_etag(version: int, incarnation: str) -> str:
+    return f"{version}.{incarnation[:12]}"
+
+
+def parse_etag(etag: str, incarnation: str) -> int:
+    version, _, inc = etag.partition(".")
+    if not version.isdigit() or not inc:
+        raise InvalidInput(f"malformed etag {etag!r}", field="etag")
+    if not incarnation.startswith(inc):
+        raise EtagMismatch("the etag belongs to an earlier session with this id",
+                           metadata={"etag": etag})
+    return int(version)
+
+
+def session_id_of(name: str) -> str:
+    """``sessions/{id}`` or a bare id."""
+    return check_session_id(name.removeprefix("sessions/"))
+
+
+class Sessions:
+    def __init__(self, store: SessionStore, profiles: Profiles, *, limits: Limits | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.profiles = profiles
+        self.limits = limits or Limits()
+        self._clock = clock
+        self._live: OrderedDict[str, Live] = OrderedDict()
+        self._live_lock = threading.Lock()
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def create(self, *, session_id: str = "", tokenizer: str = "", policy: dict[str, Any] | None = None,
+               tools: Sequence[JSONDict] = (), ttl: float | None = None) -> SessionInfo:
+        sid = check_session_id(session_id) if session_id else uuid.uuid4().hex
+        name = self.profiles.name(tokenizer)
+        config = SessionConfig(name, self.profiles.spec(name), policy_from_dict(policy or {}),
+                               tuple(check_tools(tools)))
+        if ttl is not None and ttl <= 0:
+            raise InvalidInput("ttl must be positive", field="ttl")
+        self.profiles.counter(name)  # fail now if the profile cannot load
+        if self.store.count() >= self.limits.max_sessions:
+            raise QuotaExceeded(f"this server holds its maximum of {self.limits.max_sessions} sessions",
+                                metadata={"max_sessions": self.limits.max_sessions})
+        now = self._clock()
+        record = SessionRecord(sid, uuid.uuid4().hex, config.to_json(), now, ttl,
+                               now + ttl if ttl else None)
+        self.store.create(record)
+        return SessionInfo(sid, config, record)
+
+    def get(self, name: str) -> SessionInfo:
+        sid = session_id_of(name)
+        record = self.store.get(sid)
+        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
+
+    def list_sessions(self, *, page_size: int = 0, page_token: str = "") -> tuple[list[SessionInfo], str]:
+        size = 100 if page_size <= 0 else min(page_size, 1000)
+        after = decode_token(page_token)
+        records = self.store.list_page(after=after, limit=size + 1)
+        infos = [SessionInfo(r.id, SessionConfig.from_json(r.config), r) for r in records[:size]]
+        more = len(records) > size
+        return infos, encode_token(infos[-1].id) if more and infos else ""
+
+    def delete(self, name: str) -> None:
+        sid = session_id_of(name)
+        self.store.delete(sid)
+        with self._live_lock:
+            self._live.pop(sid, None)
+
+    # -- history -------------------------------------------------------------------------------
+
+    def append(self, name: str, messages: Sequence[Message], *, request_id: str = "",
+               etag: str = "") -> AppendResult:
+        sid = session_id_of(name)
+        self._check_limits(messages)
+        for attempt in range(2):
+            info = self._info(sid, fresh=attempt > 0)
+            try:
+                return self._append(info, messages, request_id, etag)
+            except StaleIncarnation:
+                self._forget(sid)
+        raise EtagMismatch("the session was replaced while appending; retry",
+                           metadata={"session": sid})
+
+    def _append(self, info: SessionInfo, messages: Sequence[Message], request_id: str,
+                etag: str) -> AppendResult:
+        cfg = info.config
+        counter = self.profiles.counter(cfg.tokenizer)
+        records, results, dicts = [], [], []
+        with self.profiles.lock(cfg.tokenizer):
+            for m in messages:
+                cost, pieces = counter.export_cost(m)
+                dicts.append(to_openai(m, extensions=True))
+                records.append(json.dumps({"m": dicts[-1], "t": cfg.spec, "n": cost, "p": pieces},
+                                          ensure_ascii=False))
+                results.append([cost, *describe(facts_of(m, cfg.policy))])
+        expected = parse_etag(etag, info.record.incarnation) if etag else None
+        outcome = self.store.append(
+            info.id, records, incarnation=info.record.incarnation, request_id=request_id,
+            fingerprint=fingerprint(dicts), result=json.dumps(results, ensure_ascii=False),
+            expected_version=expected)
+        stored = json.loads(outcome.result)
+        appended = tuple(Appended(outcome.first_index + i, cost, tuple(map(tuple, calls)), result)
+                         for i, (cost, calls, result) in enumerate(stored))
+        return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
+                            outcome.version, outcome.replayed, cfg.tokenizer)
+
+    def _check_limits(self, messages: Sequence[Message]) -> None:
+        lim = self.limits
+        if not messages:
+            raise InvalidInput("messages must not be empty", field="messages")
+        if len(messages) > lim.max_messages_per_append:
+            raise LimitExceeded(f"{len(messages)} messages in one append; the limit is "
+                                f"{lim.max_messages_per_append}", reason="TOO_MANY_MESSAGES",
+                                field="messages", metadata={"limit": lim.max_messages_per_append})
+        for i, m in enumerate(messages):
+            size = len(json.dumps(to_openai(m, extensions=True), ensure_ascii=False).encode())
+            if size > lim.max_message_bytes:
+                raise LimitExceeded(f"messages[{i}] is {size} bytes; the limit is {lim.max_message_bytes}",
+                                    reason="MESSAGE_TOO_LARGE", field=f"messages[{i}]",
+                                    metadata={"limit": lim.max_message_bytes, "size": size})
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def build(self, name: str, *, overrides: dict[str, Any] | None = None
+              ) -> tuple[BuildResult, SessionInfo]:
+        sid = session_id_of(name)
+        live = self._sync(sid)
+        with live.lock, self.profiles.lock(live.info.config.tokenizer):
+            result = self._one_off(live, overrides) if overrides else live.engine.build()
+            new = {h: t for h, t in result.payloads.items() if h not in live.stored_handles}
+            info = replace(live.info, record=replace(live.info.record, version=live.version))
+        if new:
+            self.store.put_payloads(sid, new)
+            with live.lock:
+                live.stored_handles.update(new)
+        return result, info
+
+    def _one_off(self, live: Live, overrides: dict[str, Any]) -> BuildResult:
+        """A build with per-call policy changes; the session's own plan is left as it was."""
+        base = policy_to_dict(live.engine.policy)
+        policy = policy_from_dict({**base, **overrides})
+        temp = Session(live.engine.counter, policy=policy, tools=live.engine.tools)
+        temp.history, temp.facts = list(live.engine.history), list(live.engine.facts)
+        return temp.build()
+
+    def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
+              tools: Sequence[JSONDict] = ()) -> CountResult:
+        if messages and text:
+            raise InvalidInput("give messages or text, not both", field="text")
+        name = self.profiles.name(tokenizer)
+        counter = self.profiles.counter(name)
+        with self.profiles.lock(name):
+            if not messages:
+                return CountResult(counter.count_text(text), (), name, counter.notes)
+            total = counter.count_prompt(messages, check_tools(tools))
+            each = tuple(counter.message_cost(m) for m in messages)
+        return CountResult(total, each, name, counter.notes)
+
+    def payload(self, name: str, handle: str) -> str:
+        if not handle:
+            raise InvalidInput("handle is required", field="handle")
+        return self.store.get_payload(session_id_of(name), handle)
+
+    # -- replica state -------------------------------------------------------------------------
+
+    def _info(self, sid: str, *, fresh: bool = False) -> SessionInfo:
+        with self._live_lock:
+            live = self._live.get(sid)
+        if live is not None and not fresh:
+            return live.info
+        return self.get(sid)
+
+    def _forget(self, sid: str) -> None:
+        with self._live_lock:
+            self._live.pop(sid, None)
+
+    def _sync(self, sid: str) -> Live:
+        """The session's engine state, caught up with the store in one read."""
+        for _ in range(4):
+            with self._live_lock:
+                live = self._live.get(sid)
+                if live is not None:
+                    self._live.move_to_end(sid)
+            if live is None:
+                record, records = self.store.read(sid, since=0)
+                live = self._new_live(record)
+                with live.lock:
+                    self._catch_up(live, records)
+                if self._keep(live) is live:
+                    return live
+                continue  # another request cached this session first: sync that one
+            with live.lock:
+                try:
+                    record, records = self.store.read(sid, since=live.version)
+                except SessionNotFound:
+                    self._forget(sid)
+                    raise
+                if record.incarnation == live.info.record.incarnation:
+                    self._catch_up(live, records)
+                    return live
+            self._forget(sid)
+        raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
+
+    def _new_live(self, record: SessionRecord) -> Live:
+        config = SessionConfig.from_json(record.config)
+        info = SessionInfo(record.id, config, record)
+        counter = self.profiles.counter(config.tokenizer)
+        return Live(info, Session(counter, policy=config.policy, tools=config.tools))
+
+    def _keep(self, live: Live) -> Live:
+        with self._live_lock:
+            current = self._live.get(live.info.id)
+            if current is not None and current.info.record.incarnation == live.info.record.incarnation:
+                return current  # another thread won the race; use its state
+            self._live[live.info.id] = live
+            while len(self._live) > self.limits.live_sessions:
+                self._live.popitem(last=False)
+        return live
+
+    def _catch_up(self, live: Live, records: Sequence[str]) -> None:
+        if not records:
+            return
+        cfg = live.info.config
+        counter = live.engine.counter
+        messages = []
+        with self.profiles.lock(cfg.tokenizer):
+            for text in records:
+                raw = json.loads(text)
+                m = from_openai(raw["m"])
+                if raw.get("t") == cfg.spec:
+                    counter.import_cost(m, raw["n"], raw.get("p") or ())
+                messages.append(m)
+            live.engine.append(messages)
+        live.version += len(records)
+
+
+def describe(facts: Facts) -> tuple[list[list[str]], str | None]:
+    calls = [[c.id, c.name, c.verdict.status.value, c.verdict.detail or c.verdict.repair,
+              c.op.value, c.path] for c in facts.calls]
+    return calls, facts.result.value if facts.result is not None else None
+
+
+def check_tools(tools: Any) -> list[JSONDict]:
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
+        raise InvalidInput("tools must be a JSON array of objects", field="tools_json")
+    return list(tools)
+
+
+def fingerprint(messages: Sequence[JSONDict]) -> str:
+    """Identifies an append's content, so a reused request_id with other messages is caught."""
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def encode_token(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
+
+
+def decode_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        after = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        return check_session_id(after)
+    except (ValueError, InvalidInput) as exc:
+        raise InvalidInput("invalid page_token", field="page_token",
+                           reason="INVALID_PAGE_TOKEN") from exc

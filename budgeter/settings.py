@@ -1,0 +1,115 @@
+"""One frozen ``Settings`` for the server, with defaults that work out of the box.
+
+Sources, highest first: explicit values (CLI flags), ``BUDGETER_*`` environment variables, a TOML
+config file (``--config``), the defaults. Only entry points (``budgeter serve``) build it; core,
+store and tokenizers never read the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from budgeter.tokenizers import DEFAULT
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "budgeter"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BUDGETER_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(50051, ge=0, le=65535)
+    store: str = ""
+    """memory://, sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT.
+    Empty: SQLite in WAL mode at DATA_DIR/budgeter.db."""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    redis_prefix: str = "budgeter"
+    tokenizers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Extra profiles NAME -> SPEC (path or built-in name), offered beside the built-ins."""
+    default_tokenizer: str = DEFAULT
+    preload: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Profiles loaded at start-up (the default profile always is)."""
+    metrics_port: int = Field(9464, ge=0, le=65535)
+    """Prometheus /metrics on its own port; 0 turns it off."""
+    max_workers: int = Field(16, ge=1)
+    max_message_bytes: int = Field(4 << 20, ge=1024)
+    max_messages_per_append: int = Field(1000, ge=1)
+    max_sessions: int = Field(100_000, ge=1)
+    max_request_bytes: int = Field(64 << 20, ge=1 << 16)
+    idempotency_ttl: float = Field(86_400.0, gt=0)
+    """Seconds a request_id is remembered."""
+    live_sessions: int = Field(512, ge=1)
+    """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
+    grace: float = Field(5.0, ge=0)
+    """Seconds in-flight RPCs get on SIGTERM."""
+    config_file: Path | None = None
+
+    @field_validator("tokenizers", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        """Accept ``["NAME=SPEC", ...]`` (flags) and ``"A=x,B=y"`` (environment)."""
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list | tuple):
+            out = {}
+            for pair in value:
+                name, sep, spec = str(pair).partition("=")
+                if not sep or not name.strip() or not spec.strip():
+                    raise ValueError(f"expected NAME=SPEC, got {pair!r}")
+                out[name.strip()] = spec.strip()
+            return out
+        return value
+
+    @field_validator("preload", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite://{self.data_dir / 'budgeter.db'}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _ConfigFile(settings_cls))
+
+
+class _ConfigFile(TomlConfigSettingsSource):
+    """The TOML file named by ``config_file`` (flag) or ``BUDGETER_CONFIG_FILE``."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        path = _CONFIG_FILE.get("path") or os.environ.get("BUDGETER_CONFIG_FILE")
+        super().__init__(settings_cls, toml_file=path)
+
+
+_CONFIG_FILE: dict[str, str | None] = {}
+
+
+def load_settings(config_file: str | Path | None = None, **values: Any) -> Settings:
+    """Build the settings from flags (``values``, None meaning unset), environment and file."""
+    _CONFIG_FILE["path"] = str(config_file) if config_file else None
+    try:
+        given = {k: v for k, v in values.items() if v is not None and v != [] and v != ()}
+        if config_file:
+            given["config_file"] = Path(config_file)
+        return Settings(**given)
+    finally:
+        _CONFIG_FILE.clear()

@@ -1,0 +1,249 @@
+"""The gRPC API through a real server on 127.0.0.1:0 and a real channel."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.request
+
+import grpc
+import pytest
+
+from budgeter.client import Client, ClientError
+from budgeter.core.messages import from_openai_list
+from budgeter.service.errors import error_info
+from budgeter.service.server import create_server
+from budgeter.store import MemoryStore
+from budgeter.tokenizers import resolve
+from budgeter.v1 import budgeter_pb2 as pb
+from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+from tests.service.agent import TOOLS, turns
+from tests.service.conftest import settings
+
+
+def reason_of(excinfo) -> tuple[grpc.StatusCode, str]:
+    return excinfo.value.code, excinfo.value.reason
+
+
+def test_session_lifecycle_and_paging(client):
+    ids = [client.create_session(session_id=f"s{i}", window=8192).id for i in range(5)]
+    assert ids == [f"s{i}" for i in range(5)]
+    auto = client.create_session()
+    assert len(auto.id) == 32
+    assert list(client.list_sessions(page_size=2)) == sorted([*ids, auto.id])
+    got = client.get_session("s1")
+    assert got["name"] == "sessions/s1" and got["policy"]["window"] == 8192
+    assert got["tokenizer"] == "qwen3.6" and got["message_count"] == 0
+    client.delete_session("s1")
+    with pytest.raises(ClientError) as e:
+        client.get_session("s1")
+    assert reason_of(e) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
+    with pytest.raises(ClientError) as e:
+        client.create_session(session_id="s2")
+    assert reason_of(e) == (grpc.StatusCode.ALREADY_EXISTS, "SESSION_EXISTS")
+
+
+@pytest.mark.parametrize(("kwargs", "reason", "field"), [
+    ({"window": 100, "reserve": 200}, "INVALID_INPUT", "policy.reserve"),
+    ({"low_water": 3.0}, "INVALID_INPUT", "policy.low_water"),
+    ({"session_id": "bad id/x"}, "INVALID_INPUT", "session_id"),
+])
+def test_create_rejects_bad_input_with_field(server, kwargs, reason, field):
+    stub = pb_grpc.BudgeterServiceStub(grpc.insecure_channel(server.target))
+    sid = kwargs.pop("session_id", "")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.CreateSession(pb.CreateSessionRequest(session_id=sid, policy=pb.Policy(**kwargs)))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(e.value)
+    assert info.reason == reason and info.domain == "budgeter" and info.metadata["field"] == field
+
+
+def test_unknown_tokenizer_lists_what_exists(client):
+    with pytest.raises(ClientError) as e:
+        client.create_session(tokenizer="gemma-9")
+    assert reason_of(e) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_TOKENIZER")
+    assert "qwen3.6" in e.value.metadata["available"]
+
+
+def test_append_counts_flags_truncation_and_is_idempotent(client):
+    session = client.create_session(tools=TOOLS)
+    batch = [m for t in turns(3) for m in t]
+    out = session.append(batch, request_id="req-1")
+    counter = resolve("qwen3.6")
+    assert [int(m["tokens"]) for m in out["messages"]] == [
+        counter.message_cost(m) for m in from_openai_list(batch)]
+    assert [int(m["index"]) for m in out["messages"]] == list(range(len(batch)))
+    verdicts = {c["id"]: c for m in out["messages"] for c in m["tool_calls"]}
+    assert verdicts["t2"]["status"] == "ARGUMENT_STATUS_TRUNCATED" and not verdicts["t2"]["runnable"]
+    assert verdicts["r1"]["status"] == "ARGUMENT_STATUS_VALID" and verdicts["r1"]["runnable"]
+    assert verdicts["r1"]["file_operation"] == "FILE_OPERATION_READ"
+    assert verdicts["r1"]["path"] == "src/mod1.py"
+    assert out["messages"][3]["result_status"] == "RESULT_STATUS_ERROR"
+    again = session.append(batch, request_id="req-1")
+    assert again["replayed"] and again["messages"] == out["messages"]
+    assert client.get_session(session.id)["message_count"] == len(batch)
+    with pytest.raises(ClientError) as e:
+        session.append([{"role": "user", "content": "other"}], request_id="req-1")
+    assert reason_of(e) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
+
+
+def test_etag_guards_concurrent_writers(client):
+    session = client.create_session()
+    first = session.append([{"role": "user", "content": "a"}])
+    session.append([{"role": "user", "content": "b"}], etag=first["etag"])
+    with pytest.raises(ClientError) as e:
+        session.append([{"role": "user", "content": "c"}], etag=first["etag"])
+    assert reason_of(e) == (grpc.StatusCode.ABORTED, "ETAG_MISMATCH")
+    assert client.get_session(session.id)["message_count"] == 2
+
+
+def test_limits_and_invalid_messages(server):
+    srv = create_server(settings(max_messages_per_append=3, max_message_bytes=2048,
+                                 max_sessions=2), store=MemoryStore())
+    try:
+        with Client(srv.target) as c:
+            s = c.create_session()
+            with pytest.raises(ClientError) as e:
+                s.append([{"role": "user", "content": "x"}] * 4)
+            assert reason_of(e) == (grpc.StatusCode.INVALID_ARGUMENT, "TOO_MANY_MESSAGES")
+            with pytest.raises(ClientError) as e:
+                s.append([{"role": "user", "content": "x" * 5000}])
+            assert reason_of(e) == (grpc.StatusCode.INVALID_ARGUMENT, "MESSAGE_TOO_LARGE")
+            assert e.value.metadata["field"] == "messages[0]"
+            c.create_session()
+            with pytest.raises(ClientError) as e:
+                c.create_session()
+            assert reason_of(e) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS")
+            stub = pb_grpc.BudgeterServiceStub(c.channel)
+            bad = pb.AppendMessagesRequest(session=f"sessions/{s.id}", messages=[
+                pb.Message(role=pb.ROLE_TOOL, content="orphan")])
+            with pytest.raises(grpc.RpcError) as e2:
+                stub.AppendMessages(bad)
+            assert e2.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert error_info(e2.value).reason == "INVALID_MESSAGE"
+            assert c.get_session(s.id)["message_count"] == 0
+    finally:
+        srv.stop(0)
+
+
+def test_build_fits_exactly_and_payloads_come_back(client):
+    session = client.create_session(tools=TOOLS, window=6000, reserve=500)
+    counter = resolve("qwen3.6")
+    history = []
+    prompts = []
+    for t in turns(12):
+        session.append(t)
+        history += t
+        prompts.append(session.prompt())
+    for p in prompts:
+        assert p.tokens <= p.budget == 5500
+        assert p.tokens == counter.count_prompt(from_openai_list(p.messages), TOOLS)
+        for m in p.messages:
+            for c in m.get("tool_calls", ()):
+                json.loads(c["function"]["arguments"])
+    assert any(p.report.get("compacted") for p in prompts)
+    assert sum(p.extends_previous for p in prompts[1:]) >= len(prompts) // 2
+    handles = {h for p in prompts for h in p.report.get("handles", ())}
+    assert handles
+    texts = {m.get("content", "") for m in history}
+    for m in history:
+        for c in m.get("tool_calls", ()):
+            texts.add(c["function"]["arguments"])
+            with contextlib.suppress(ValueError):
+                texts.update(v for v in json.loads(c["function"]["arguments"]).values()
+                             if isinstance(v, str))
+    kinds = set()
+    for h in handles:  # byte for byte what was elided: a text, or the messages a digest replaced
+        payload = session.payload(h)
+        if payload in texts:
+            kinds.add("text")
+            continue
+        dropped = json.loads(payload)
+        assert dropped and all(m in history for m in dropped), h
+        kinds.add("messages")
+    assert kinds == {"text", "messages"}
+    with pytest.raises(ClientError) as e:
+        session.payload("0000000000000000")
+    assert reason_of(e) == (grpc.StatusCode.NOT_FOUND, "PAYLOAD_NOT_FOUND")
+
+
+def test_overrides_do_not_change_the_session(client):
+    session = client.create_session(window=32768)
+    for t in turns(6):
+        session.append(t)
+    full = session.prompt()
+    small = session.prompt(window=3000, reserve=200)
+    assert small.tokens <= 2800 < full.tokens
+    assert session.prompt().messages == full.messages
+    with pytest.raises(ClientError) as e:
+        session.prompt(window=100, reserve=500)
+    assert reason_of(e) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_INPUT")
+
+
+def test_pinned_over_budget_is_failed_precondition(client):
+    session = client.create_session(window=300, reserve=10)
+    session.append([{"role": "system", "content": "rule " * 400}, {"role": "user", "content": "hi"}])
+    with pytest.raises(ClientError) as e:
+        session.prompt()
+    assert reason_of(e) == (grpc.StatusCode.FAILED_PRECONDITION, "PINNED_OVER_BUDGET")
+
+
+def test_count_tokens_and_tokenizers(client):
+    counter = resolve("qwen3.6")
+    msgs = [{"role": "user", "content": "hello ✓"}]
+    assert client.count_tokens(msgs, tools=TOOLS) == counter.count_prompt(from_openai_list(msgs), TOOLS)
+    assert client.count_tokens(text="hello world") == counter.count_text("hello world")
+    with pytest.raises(ClientError) as e:
+        client.count_tokens(msgs, text="both")
+    assert reason_of(e) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_INPUT")
+    names = {t["name"]: t for t in client.tokenizers()}
+    assert names["qwen3.6"]["is_default"] and "mistral-tekken" in names
+
+
+def test_unknown_session_everywhere(client):
+    for call in (lambda: client.prompt("nope"), lambda: client.payload("nope", "h"),
+                 lambda: client.append("nope", [{"role": "user", "content": "x"}]),
+                 lambda: client.delete_session("nope")):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert reason_of(e) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
+
+
+def test_health_reflection_and_metrics():
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    from tests.redis_server import free_port
+
+    srv = create_server(settings(metrics_port=free_port()), store=MemoryStore())
+    try:
+        channel = grpc.insecure_channel(srv.target)
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service="budgeter.v1.BudgeterService"))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        db = ProtoReflectionDescriptorDatabase(channel)
+        assert "budgeter.v1.BudgeterService" in db.get_services()
+        from google.protobuf.descriptor_pool import DescriptorPool
+
+        service = DescriptorPool(db).FindServiceByName("budgeter.v1.BudgeterService")
+        assert {"AppendMessages", "BuildPrompt", "GetPayload"} <= set(service.methods_by_name)
+        with Client(srv.target) as c:
+            c.create_session().append([{"role": "user", "content": "hi"}])
+            with pytest.raises(ClientError):
+                c.get_session("missing")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics").read().decode()
+        assert 'budgeter_rpc_duration_seconds_count{code="OK",method="AppendMessages"} 1.0' in text
+        assert 'code="NOT_FOUND",method="GetSession"' in text
+        assert 'budgeter_tokens_counted_total{tokenizer="qwen3.6"}' in text
+    finally:
+        srv.stop(0)
+        channel.close()
+    reply_after = None
+    channel = grpc.insecure_channel(srv.target)
+    health = health_pb2_grpc.HealthStub(channel)
+    with pytest.raises(grpc.RpcError):
+        reply_after = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+    assert reply_after is None
+    channel.close()

@@ -1,0 +1,88 @@
+"""Real server processes: restart of the embedded store, and replicas sharing one Redis."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from budgeter.client import Client, ClientError
+from tests.service.agent import TOOLS, turns
+from tests.service.procs import ServerProcess
+
+
+def test_embedded_store_survives_a_restart(tmp_path):
+    server = ServerProcess("--data-dir", str(tmp_path)).start()
+    try:
+        with Client(server.target) as c:
+            s = c.create_session(session_id="keep", tools=TOOLS, window=8000)
+            for t in turns(6):
+                s.append(t)
+            before = s.prompt()
+    finally:
+        out = server.stop()
+    assert "budgeter: stopped" in out
+    assert (tmp_path / "budgeter.db").exists()
+    server = ServerProcess("--data-dir", str(tmp_path)).start()
+    try:
+        with Client(server.target) as c:
+            info = c.get_session("keep")
+            assert info["message_count"] == sum(len(t) for t in turns(6))
+            after = c.session("keep").prompt()
+            assert after.messages == before.messages and after.tokens == before.tokens
+            for h in before.report.get("handles", ()):
+                assert c.session("keep").payload(h)
+    finally:
+        server.stop()
+
+
+def test_two_replicas_share_one_redis(redis_url):
+    a = ServerProcess("--store", redis_url).start()
+    b = ServerProcess("--store", redis_url).start()
+    try:
+        with Client(a.target) as ca, Client(b.target) as cb:
+            sid = ca.create_session(session_id="shared", window=16000).id
+            writers, per = 4, 15
+            errors: list[BaseException] = []
+
+            def write(w: int) -> None:
+                try:
+                    with Client((a, b)[w % 2].target) as c:
+                        for i in range(per):
+                            c.append(sid, [{"role": "user", "content": f"w{w} m{i} first"},
+                                           {"role": "assistant", "content": f"w{w} m{i} second"}],
+                                     request_id=f"w{w}-{i}")
+                            if i % 5 == 0:  # a retry after a lost reply, on the other replica
+                                with Client((b, a)[w % 2].target) as other:
+                                    again = other.append(sid, [
+                                        {"role": "user", "content": f"w{w} m{i} first"},
+                                        {"role": "assistant", "content": f"w{w} m{i} second"}],
+                                        request_id=f"w{w}-{i}")
+                                    assert again["replayed"]
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            pa, pb_ = ca.session(sid).prompt(), cb.session(sid).prompt()
+            assert pa.messages == pb_.messages and pa.tokens == pb_.tokens
+            contents = [m["content"] for m in pa.messages]
+            assert len(contents) == writers * per * 2
+            assert len(set(contents)) == len(contents)
+            for w in range(writers):
+                mine = [x for x in contents if x.startswith(f"w{w} ")]
+                assert mine == [f"w{w} m{i} {k}" for i in range(per) for k in ("first", "second")]
+            for k in range(0, len(contents), 2):  # each append stays contiguous
+                assert contents[k].removesuffix(" first") == contents[k + 1].removesuffix(" second")
+            cb.delete_session(sid)
+            with pytest.raises(ClientError) as e:
+                ca.session(sid).prompt()
+            assert e.value.code == grpc.StatusCode.NOT_FOUND
+    finally:
+        a.stop()
+        b.stop()
