@@ -36,6 +36,10 @@ def read_body(path: str) -> dict[str, Any]:
     return body
 
 
+def names(csv: str) -> list[str]:
+    return [n.strip() for n in csv.split(",") if n.strip()]
+
+
 TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", "-t", help=(
     "Built-in name (see `budgeter tokenizers`) or a path: model folder, tokenizer.json, .gguf, "
     ".tiktoken. Default: qwen3.6."))]
@@ -52,11 +56,17 @@ def trim(
     chat_format: Annotated[str | None, typer.Option(
         help="Use budgeter's named format (chatml) instead of the model template.")] = None,
     payloads: Annotated[Path | None, typer.Option(help="Write elided payloads here as {handle: text}.")] = None,
+    reads: Annotated[str, typer.Option(help="Comma-separated tools that read files.")] = "",
+    writes: Annotated[str, typer.Option(help="Comma-separated tools that write whole files.")] = "",
+    edits: Annotated[str, typer.Option(help="Comma-separated tools that edit files in place.")] = "",
+    shrink_min_chars: Annotated[int, typer.Option(help="Shrink texts longer than this outside the tail.")] = 2000,
+    shrink_keep_chars: Annotated[int, typer.Option(help="Characters a shrunk text keeps.")] = 600,
+    keep_latest_failure: Annotated[bool, typer.Option(help="Keep the latest failure's error verbatim.")] = True,
 ) -> None:
     """Compact a request body so it fits WINDOW - RESERVE tokens by the exact count."""
-    from budgeter.core import Policy
     from budgeter.core import trim as run_trim
     from budgeter.core.messages import from_openai_list
+    from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
     body = read_body(input)
@@ -65,7 +75,11 @@ def trim(
         if not isinstance(tools, list):
             raise InvalidInput("tools must be a list", field="tools")
         counter = resolve(tokenizer, chat_format=chat_format)
-        policy = Policy(window=window, reserve=reserve, low_water=low_water, protect_tail_turns=protect_tail)
+        policy = policy_from_dict({
+            "window": window, "reserve": reserve, "low_water": low_water,
+            "protect_tail_turns": protect_tail, "shrink_min_chars": shrink_min_chars,
+            "shrink_keep_chars": shrink_keep_chars, "keep_latest_failure": keep_latest_failure,
+            "file_tools": {"reads": names(reads), "writes": names(writes), "edits": names(edits)}})
         result = run_trim(from_openai_list(body["messages"]), counter=counter, tools=tools, policy=policy)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)

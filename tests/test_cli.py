@@ -56,3 +56,32 @@ def test_bad_input_is_a_clear_error(args, reason):
 def test_invalid_role_names_the_field():
     out = run("trim", "-", stdin='{"messages": [{"role": "robot", "content": "x"}]}')
     assert out.returncode == 2 and "messages[0].role" in out.stderr
+
+
+def test_file_tool_flags_name_custom_tools(tmp_path):
+    def call(cid, name, args):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+    source = "def handler(event):\n    return event['body']\n" * 80
+    messages = [{"role": "system", "content": "agent"}, {"role": "user", "content": "fix a.py"},
+                call("c1", "cat", {"path": "a.py"}),
+                {"role": "tool", "tool_call_id": "c1", "content": source},
+                call("c2", "save", {"path": "a.py", "body": source.replace("body", "data")}),
+                {"role": "tool", "tool_call_id": "c2", "content": "saved"}]
+    messages += [{"role": "user", "content": f"step {i} " + "words " * 300} for i in range(4)]
+    body = tmp_path / "b.json"
+    body.write_text(json.dumps({"messages": messages}))
+
+    def stale_steps(*flags):
+        out = run("trim", str(body), "--window", "3000", "--reserve", "200", "--protect-tail", "1", *flags)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)["report"]
+        assert report["tokens_after"] <= 2800
+        return [s for s in report["steps"] if s["step"] == "supersede_snapshots"]
+
+    assert stale_steps() == []
+    named = stale_steps("--reads", "cat", "--writes", "save")
+    assert [a["index"] for a in named[0]["items"]] == [3]
+    out = run("trim", str(body), "--shrink-min-chars", "10")
+    assert out.returncode == 2 and "INVALID_INPUT" in out.stderr and "shrink_min_chars" in out.stderr

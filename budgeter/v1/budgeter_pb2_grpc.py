@@ -101,7 +101,7 @@ class BudgeterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Pages through sessions in creation order. Errors: INVALID_ARGUMENT (INVALID_PAGE_TOKEN).
+        """Pages through live sessions in id order. Errors: INVALID_ARGUMENT (INVALID_PAGE_TOKEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -247,3 +247,33 @@ def test_health_reflection_and_metrics():
         reply_after = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
     assert reply_after is None
     channel.close()
+
+
+def test_readme_agent_loop(client):
+    """The README's loop, with a scripted model: a cut write is refused, then redone."""
+    replies = iter([
+        {"role": "assistant", "content": "", "finish_reason": "length", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "write_file", "arguments": '{"path": "a.py", "content": "pri'}}]},
+        {"role": "assistant", "content": "", "finish_reason": "tool_calls", "tool_calls": [
+            {"id": "c2", "type": "function",
+             "function": {"name": "write_file", "arguments": '{"path": "a.py", "content": "print(1)"}'}}]},
+        {"role": "assistant", "content": "Done.", "finish_reason": "stop"},
+    ])
+    ran = []
+    session = client.create_session(tools=TOOLS, window=32768, reserve=2048)
+    session.append([{"role": "system", "content": "sys"}, {"role": "user", "content": "write a.py"}])
+    while True:
+        prompt = session.prompt()
+        assert prompt.tokens <= prompt.budget
+        reply = next(replies)
+        verdicts = session.append([reply])["messages"][0]["tool_calls"]
+        if not verdicts:
+            break
+        session.append([{"role": "tool", "tool_call_id": v["id"],
+                         "content": ran.append(c["id"]) or "ok" if v["runnable"]
+                         else f"Error: {v['detail']}; send it again"}
+                        for c, v in zip(reply["tool_calls"], verdicts, strict=True)])
+    assert ran == ["c2"]
+    results = [m for m in session.prompt().messages if m["role"] == "tool"]
+    assert results[0]["content"].startswith("Error: cut inside a string")
