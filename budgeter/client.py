@@ -144,7 +144,7 @@ class Client:
                              always_print_fields_with_no_presence=True)
 
     def prompt(self, session_id: str, **overrides: Any) -> Prompt:
-        request = pb.BuildPromptRequest(session=f"sessions/{session_id}")
+        request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON)
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
         r = self._call("BuildPrompt", request, retries=2)

@@ -50,7 +50,40 @@ def messages_from_pb(messages: Sequence[pb.Message]) -> list[Message]:
     return [message_from_pb(m, i) for i, m in enumerate(messages)]
 
 
+class _Memo:
+    """Per-message conversions, memoized: most of each prompt is the previous prompt's messages
+    (frozen, hashable values), so each is converted once. Bounded; cleared when full."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self.pb: dict[Message, pb.Message] = {}
+        self.json: dict[Message, str] = {}
+
+    def message(self, m: Message) -> pb.Message:
+        out = self.pb.get(m)
+        if out is None:
+            if len(self.pb) >= self.limit:
+                self.pb = {}
+            out = self.pb[m] = _message_to_pb(m)
+        return out
+
+    def text(self, m: Message) -> str:
+        out = self.json.get(m)
+        if out is None:
+            if len(self.json) >= self.limit:
+                self.json = {}
+            out = self.json[m] = json.dumps(to_openai(m), ensure_ascii=False)
+        return out
+
+
+_memo = _Memo()
+
+
 def message_to_pb(m: Message) -> pb.Message:
+    return _memo.message(m)
+
+
+def _message_to_pb(m: Message) -> pb.Message:
     return pb.Message(
         role=STR_TO_ROLE[m.role], content=m.content, tool_call_id=m.tool_call_id or "",
         name=m.name or "", reasoning_content=m.reasoning or "", finish_reason=m.finish_reason or "",
@@ -132,13 +165,15 @@ def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
 
 
 def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
-    body: dict[str, Any] = {"messages": [to_openai(m) for m in messages]}
+    """``{"messages": [...], "tools": [...]}`` as JSON, joined from memoized message texts."""
+    out = '{"messages": [' + ", ".join(_memo.text(m) for m in messages) + "]"
     if tools:
-        body["tools"] = list(tools)
-    return json.dumps(body, ensure_ascii=False)
+        out += ', "tools": ' + json.dumps(list(tools), ensure_ascii=False)
+    return out + "}"
 
 
-def build_to_pb(result: BuildResult, info: SessionInfo) -> pb.BuildPromptResponse:
+def build_to_pb(result: BuildResult, info: SessionInfo, view: int = pb.PROMPT_VIEW_FULL
+                ) -> pb.BuildPromptResponse:
     report = pb.BuildReport(
         tokens_before=result.tokens_before, tokens_after=result.tokens,
         fits=result.tokens <= result.budget, compacted=result.compacted,
@@ -148,9 +183,11 @@ def build_to_pb(result: BuildResult, info: SessionInfo) -> pb.BuildPromptRespons
                                                           handle=a.handle, tokens_saved=a.tokens_saved)
                                       for a in s.actions])
                for s in result.steps if s.actions or s.tokens_before != s.tokens_after])
+    typed = view != pb.PROMPT_VIEW_JSON
+    text = view != pb.PROMPT_VIEW_TYPED
     return pb.BuildPromptResponse(
-        messages=[message_to_pb(m) for m in result.messages],
-        body_json=body_json(result.messages, info.config.tools), tokens=result.tokens,
+        messages=[message_to_pb(m) for m in result.messages] if typed else (),
+        body_json=body_json(result.messages, info.config.tools) if text else "", tokens=result.tokens,
         budget=result.budget, extends_previous=result.extends_previous,
         prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,
         tokenizer=info.config.tokenizer)

@@ -84,7 +84,7 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
         result, info = self.sessions.build(request.session, overrides=overrides)
         self.metrics.built(result)
-        return cv.build_to_pb(result, info)
+        return cv.build_to_pb(result, info, request.view)
 
     @rpc
     def CountTokens(self, request: pb.CountTokensRequest, context: Any) -> pb.CountTokensResponse:

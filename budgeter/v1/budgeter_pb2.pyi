@@ -40,6 +40,13 @@ class FileOperation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_OPERATION_READ: _ClassVar[FileOperation]
     FILE_OPERATION_WRITE: _ClassVar[FileOperation]
     FILE_OPERATION_EDIT: _ClassVar[FileOperation]
+
+class PromptView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROMPT_VIEW_UNSPECIFIED: _ClassVar[PromptView]
+    PROMPT_VIEW_FULL: _ClassVar[PromptView]
+    PROMPT_VIEW_JSON: _ClassVar[PromptView]
+    PROMPT_VIEW_TYPED: _ClassVar[PromptView]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -58,6 +65,10 @@ FILE_OPERATION_NONE: FileOperation
 FILE_OPERATION_READ: FileOperation
 FILE_OPERATION_WRITE: FileOperation
 FILE_OPERATION_EDIT: FileOperation
+PROMPT_VIEW_UNSPECIFIED: PromptView
+PROMPT_VIEW_FULL: PromptView
+PROMPT_VIEW_JSON: PromptView
+PROMPT_VIEW_TYPED: PromptView
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")
@@ -268,12 +279,14 @@ class PromptOverrides(_message.Message):
     def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ...) -> None: ...
 
 class BuildPromptRequest(_message.Message):
-    __slots__ = ("session", "overrides")
+    __slots__ = ("session", "overrides", "view")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     session: str
     overrides: PromptOverrides
-    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ...) -> None: ...
+    view: PromptView
+    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ..., view: _Optional[_Union[PromptView, str]] = ...) -> None: ...
 
 class CompactionAction(_message.Message):
     __slots__ = ("index", "action", "detail", "handle", "tokens_saved")

@@ -277,3 +277,21 @@ def test_readme_agent_loop(client):
     assert ran == ["c2"]
     results = [m for m in session.prompt().messages if m["role"] == "tool"]
     assert results[0]["content"].startswith("Error: cut inside a string")
+
+
+def test_prompt_views(client, server):
+    session = client.create_session(tools=TOOLS)
+    for t in turns(3):
+        session.append(t)
+    stub = pb_grpc.BudgeterServiceStub(client.channel)
+    name = f"sessions/{session.id}"
+    full = stub.BuildPrompt(pb.BuildPromptRequest(session=name))
+    typed = stub.BuildPrompt(pb.BuildPromptRequest(session=name, view=pb.PROMPT_VIEW_TYPED))
+    text = stub.BuildPrompt(pb.BuildPromptRequest(session=name, view=pb.PROMPT_VIEW_JSON))
+    assert full.messages == typed.messages and not typed.body_json
+    assert full.body_json == text.body_json and not text.messages
+    from budgeter.client import messages_of
+
+    body = json.loads(full.body_json)
+    assert messages_of(full) == body["messages"] and body["tools"] == TOOLS
+    assert full.tokens == typed.tokens == text.tokens
