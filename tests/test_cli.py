@@ -85,3 +85,14 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
     assert [a["index"] for a in named[0]["items"]] == [3]
     out = run("trim", str(body), "--shrink-min-chars", "10")
     assert out.returncode == 2 and "INVALID_INPUT" in out.stderr and "shrink_min_chars" in out.stderr
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--store", "ftp://nowhere"], "INVALID_INPUT"),
+    (["--port", "70000"], "INVALID_SETTINGS"),
+    (["-t", "broken"], "INVALID_SETTINGS"),
+    (["--default-tokenizer", "gemma-9"], "UNKNOWN_TOKENIZER"),
+])
+def test_serve_rejects_bad_settings(args, reason, tmp_path):
+    out = run("serve", "--metrics-port", "0", "--data-dir", str(tmp_path), *args)
+    assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr
