@@ -101,6 +101,97 @@ def tokenizers() -> None:
         typer.echo(f"{name}{' (default)' if name == DEFAULT else ''}\t{desc}")
 
 
+def read_json(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail("INVALID_JSON", f"{path}: {exc}")
+
+
+def emit(value: Any, *, ok: bool = True) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False, indent=1))
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def validate(input: Annotated[str, typer.Argument(help=(
+        'JSON {"tool_call": {...}, "tools": [...], "finish_reason": "length"?}, or - for stdin.'))]) -> None:
+    """Check a tool call before running it. Exit 1 when it must not run."""
+    from budgeter.core.guards import validate_tool_call
+    from budgeter.core.messages import ToolCall
+
+    body = read_json(input)
+    call = body.get("tool_call") if isinstance(body, dict) else None
+    fn = call.get("function", call) if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+            or not fn["name"]:
+        fail("INVALID_INPUT", "expected {\"tool_call\": {\"function\": {\"name\", \"arguments\"}}}")
+    arguments = fn.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        fail("INVALID_INPUT", "tools must be a list")
+    verdict = validate_tool_call(ToolCall(str(call.get("id", "")), fn["name"], arguments), tools,
+                                 finish_reason=body.get("finish_reason"))
+    emit(verdict.as_dict(), ok=verdict.runnable)
+
+
+@app.command("suggest-path")
+def suggest_path(
+    input: Annotated[str, typer.Argument(help='JSON {"content": ...} or the raw content; - for stdin.')],
+    html_pages_seen: Annotated[int, typer.Option(help="HTML pages the session already wrote.")] = 0,
+) -> None:
+    """Propose a relative path for content whose write lost its path."""
+    from budgeter.core.guards import rescue_path
+
+    try:
+        raw = sys.stdin.read() if input == "-" else Path(input).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail("INPUT_UNREADABLE", f"{input}: {exc.strerror or exc}")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    content = body["content"] if isinstance(body, dict) and isinstance(body.get("content"), str) else raw
+    if not content:
+        fail("INVALID_INPUT", "content is empty")
+    s = rescue_path(content, html_pages_seen=html_pages_seen)
+    emit({"kind": s.kind, "path": s.path, "confidence": s.confidence, "reason": s.reason})
+
+
+@app.command("plan-edits")
+def plan_edits_cmd(
+    input: Annotated[str, typer.Argument(help=(
+        'JSON {"snapshot": "...", "edits": [{"start_line", "end_line", "body", "expected_old"?}]}.'))],
+    output: Annotated[Path | None, typer.Option(help="Write the new text here.")] = None,
+) -> None:
+    """Apply line edits queued against one snapshot, bottom-up. Exit 1 unless every edit applied."""
+    from budgeter.core.edits import Edit, plan_edits, strip_line_numbers
+
+    body = read_json(input)
+    try:
+        snapshot = body["snapshot"]
+        edits = [Edit(int(e["start_line"]), int(e["end_line"]), str(e.get("body", "")),
+                      e.get("expected_old")) for e in body["edits"]]
+        if not isinstance(snapshot, str) or not edits:
+            raise TypeError
+    except (KeyError, TypeError, ValueError):
+        fail("INVALID_INPUT", "expected a snapshot string and a non-empty list of edits with "
+             "start_line, end_line and body")
+    plan = plan_edits(strip_line_numbers(snapshot), edits)
+    if output is not None:
+        output.write_text(plan.text, encoding="utf-8")
+    emit({"ok": plan.ok, "order": list(plan.order), "text": plan.text,
+          "edits": [{"index": r.index, "status": r.status, "message": r.message, "shift": r.shift}
+                    for r in plan.results]}, ok=plan.ok)
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,

@@ -164,6 +164,44 @@ class Client:
             messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
         return int(self._call("CountTokens", request).tokens)
 
+    # -- guard rails ---------------------------------------------------------------------------
+
+    def validate_tool_call(self, tool_call: Mapping[str, Any], *, session_id: str = "",
+                           tools: Sequence[Mapping[str, Any]] = (), finish_reason: str = ""
+                           ) -> dict[str, Any]:
+        """``tool_call``: an OpenAI tool call ({"id", "function": {"name", "arguments"}})."""
+        fn = tool_call.get("function", tool_call)
+        request = pb.ValidateToolCallRequest(
+            session=f"sessions/{session_id}" if session_id else "", finish_reason=finish_reason,
+            tools_json=json.dumps(list(tools), ensure_ascii=False) if tools else "",
+            tool_call=pb.ToolCall(id=str(tool_call.get("id", "")), name=str(fn.get("name", "")),
+                                  arguments=str(fn.get("arguments", ""))))
+        out = MessageToDict(self._call("ValidateToolCall", request), preserving_proto_field_name=True,
+                            always_print_fields_with_no_presence=True)
+        if "repeat_of_index" in out:
+            out["repeat_of_index"] = int(out["repeat_of_index"])
+        return out
+
+    def suggest_path(self, content: str, *, session_id: str = "", tool: str = "") -> dict[str, Any]:
+        request = pb.SuggestPathRequest(session=f"sessions/{session_id}" if session_id else "",
+                                        content=content, tool=tool)
+        return MessageToDict(self._call("SuggestPath", request), preserving_proto_field_name=True)
+
+    def plan_edits(self, edits: Sequence[Mapping[str, Any]], *, snapshot: str = "",
+                   snapshot_handle: str = "", session_id: str = "", path: str = "") -> dict[str, Any]:
+        """``edits``: [{"start_line", "end_line", "body", "expected_old"?}]."""
+        request = pb.PlanEditsRequest(
+            session=f"sessions/{session_id}" if session_id else "", snapshot=snapshot,
+            snapshot_handle=snapshot_handle, path=path,
+            edits=[pb.LineEdit(**{k: e[k] for k in ("start_line", "end_line", "body", "expected_old")
+                                  if k in e}) for e in edits])
+        return MessageToDict(self._call("PlanEdits", request), preserving_proto_field_name=True,
+                             always_print_fields_with_no_presence=True)
+
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        r = self._call("ListSessionEvents", pb.ListSessionEventsRequest(session=f"sessions/{session_id}"))
+        return [json.loads(e.event_json) for e in r.events]
+
     def tokenizers(self) -> list[dict[str, Any]]:
         r = self._call("ListTokenizers", pb.ListTokenizersRequest())
         return [MessageToDict(t, preserving_proto_field_name=True) for t in r.tokenizers]
@@ -187,6 +225,18 @@ class SessionHandle:
 
     def delete(self) -> None:
         self.client.delete_session(self.id)
+
+    def validate_tool_call(self, tool_call: Mapping[str, Any], **kw: Any) -> dict[str, Any]:
+        return self.client.validate_tool_call(tool_call, session_id=self.id, **kw)
+
+    def suggest_path(self, content: str, **kw: Any) -> dict[str, Any]:
+        return self.client.suggest_path(content, session_id=self.id, **kw)
+
+    def plan_edits(self, edits: Sequence[Mapping[str, Any]], **kw: Any) -> dict[str, Any]:
+        return self.client.plan_edits(edits, session_id=self.id, **kw)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.client.events(self.id)
 
 
 def messages_of(response: pb.BuildPromptResponse) -> list[dict[str, Any]]:

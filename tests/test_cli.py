@@ -96,3 +96,27 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
 def test_serve_rejects_bad_settings(args, reason, tmp_path):
     out = run("serve", "--metrics-port", "0", "--data-dir", str(tmp_path), *args)
     assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr
+
+
+def test_guard_rail_commands(tmp_path):
+    from tests.core.test_edits import EDITS, FILE, expected_file
+    from tests.service.agent import TOOLS
+
+    cut = {"tool_call": {"id": "a", "type": "function", "function": {
+        "name": "write_file", "arguments": '{"path": "a.html", "content": "<ht'}},
+        "tools": TOOLS, "finish_reason": "length"}
+    out = run("validate", "-", stdin=json.dumps(cut))
+    assert out.returncode == 1 and json.loads(out.stdout)["status"] == "TRUNCATED"
+    ok = {"tool_call": {"function": {"name": "write_file", "arguments": {"path": "a", "content": "b"}}},
+          "tools": TOOLS}
+    out = run("validate", "-", stdin=json.dumps(ok))
+    assert out.returncode == 0 and json.loads(out.stdout)["runnable"] is True
+    out = run("suggest-path", "-", "--html-pages-seen", "1", stdin="<!DOCTYPE html><title>Team Page</title>")
+    assert out.returncode == 0 and json.loads(out.stdout)["path"] == "team-page.html"
+    edits = {"snapshot": FILE, "edits": [{"start_line": e.start_line, "end_line": e.end_line,
+                                          "body": e.body} for e in EDITS]}
+    (tmp_path / "edits.json").write_text(json.dumps(edits))
+    out = run("plan-edits", str(tmp_path / "edits.json"), "--output", str(tmp_path / "new.py"))
+    assert out.returncode == 0 and (tmp_path / "new.py").read_text() == expected_file()
+    out = run("plan-edits", "-", stdin='{"snapshot": "a", "edits": []}')
+    assert out.returncode == 2 and "INVALID_INPUT" in out.stderr

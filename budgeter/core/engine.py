@@ -69,6 +69,7 @@ class Session:
         self.history: list[Message] = []
         self.facts: list[Facts] = []
         self.payloads: dict[str, str] = {}
+        self.superseded: dict[str, int] = {}
         self._plan: View = ()
         self._planned = 0
         self._last: tuple[Message, ...] = ()
@@ -81,9 +82,15 @@ class Session:
             out.append(AppendInfo(len(self.history) - 1, self.counter.message_cost(m), self.facts[-1]))
         return out
 
+    def supersede(self, path: str, *, at: int | None = None) -> None:
+        """Declare every snapshot of ``path`` read before history index ``at`` (default: so far)
+        stale, as edits were planned against it; the next compaction stubs them."""
+        self.superseded[path] = len(self.history) if at is None else at
+
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.history, self.facts,
-                      target=int(self.policy.budget * self.policy.low_water))
+                      target=int(self.policy.budget * self.policy.low_water),
+                      superseded=self.superseded)
         view = self._plan + tuple(Item(i, self.history[i]) for i in range(self._planned, len(self.history)))
         steps: list[StepReport] = []
         for step in ALWAYS:

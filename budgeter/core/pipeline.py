@@ -70,6 +70,8 @@ class Context:
     facts: Sequence[Facts]
     target: int
     payloads: dict[str, str] = field(default_factory=dict)
+    superseded: dict[str, int] = field(default_factory=dict)
+    """path -> history length when the caller declared snapshots of it stale (PlanEdits)."""
     _delta: int = 0
 
     def exact(self, view: View) -> int:

@@ -9,9 +9,12 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.engine import BuildResult
-from budgeter.core.messages import Message, from_openai, to_openai
+from budgeter.core.guards import CallVerdict
+from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
 from budgeter.core.policy import policy_to_dict
+from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
 from budgeter.service.sessions import AppendResult, CountResult, SessionInfo
 from budgeter.v1 import budgeter_pb2 as pb
@@ -196,3 +199,37 @@ def build_to_pb(result: BuildResult, info: SessionInfo, view: int = pb.PROMPT_VI
 def count_to_pb(r: CountResult) -> pb.CountTokensResponse:
     return pb.CountTokensResponse(tokens=r.tokens, message_tokens=list(r.message_tokens),
                                   tokenizer=r.tokenizer, notes=list(r.notes))
+
+
+EDIT_STATUS = {"APPLIED": pb.EDIT_STATUS_APPLIED, "OUT_OF_RANGE": pb.EDIT_STATUS_OUT_OF_RANGE,
+               "OVERLAP": pb.EDIT_STATUS_OVERLAP, "MISMATCH": pb.EDIT_STATUS_MISMATCH}
+
+
+def tool_call_from_pb(c: pb.ToolCall) -> ToolCall:
+    return ToolCall(c.id, c.name, c.arguments)
+
+
+def verdict_to_pb(v: CallVerdict) -> pb.ValidateToolCallResponse:
+    out = pb.ValidateToolCallResponse(
+        status=ARG_STATUS[v.status.value], runnable=v.runnable, arguments=v.arguments,
+        detail=v.repair or v.detail, repeat_error=v.repeat_error,
+        problems=[pb.Problem(code=p.code, field=p.field, message=p.message) for p in v.problems])
+    if v.repeat_of is not None:
+        out.repeat_of_index = v.repeat_of
+    return out
+
+
+def suggestion_to_pb(s: PathSuggestion) -> pb.SuggestPathResponse:
+    return pb.SuggestPathResponse(kind=s.kind, path=s.path, confidence=s.confidence, reason=s.reason)
+
+
+def edits_from_pb(edits: Sequence[pb.LineEdit]) -> list[Edit]:
+    return [Edit(e.start_line, e.end_line, e.body,
+                 e.expected_old if e.HasField("expected_old") else None) for e in edits]
+
+
+def plan_to_pb(plan: EditPlan) -> pb.PlanEditsResponse:
+    return pb.PlanEditsResponse(
+        text=plan.text, ok=plan.ok, order=list(plan.order),
+        edits=[pb.EditOutcome(index=r.index, status=EDIT_STATUS[r.status], message=r.message, shift=r.shift)
+               for r in plan.results])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import grpc
 from budgeter.errors import StoreUnavailable
 from budgeter.service import convert as cv
 from budgeter.service.errors import code_for, to_status
+from budgeter.service.guards import Guards
 from budgeter.service.metrics import Metrics
 from budgeter.service.sessions import Sessions
 from budgeter.v1 import budgeter_pb2 as pb
@@ -45,6 +47,7 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
 class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
     def __init__(self, sessions: Sessions, metrics: Metrics) -> None:
         self.sessions = sessions
+        self.guards = Guards(sessions)
         self.metrics = metrics
 
     @rpc
@@ -105,3 +108,30 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
     def GetPayload(self, request: pb.GetPayloadRequest, context: Any) -> pb.GetPayloadResponse:
         content = self.sessions.payload(request.session, request.handle)
         return pb.GetPayloadResponse(handle=request.handle, content=content)
+
+    @rpc
+    def ValidateToolCall(self, request: pb.ValidateToolCallRequest, context: Any
+                         ) -> pb.ValidateToolCallResponse:
+        verdict = self.guards.validate(
+            cv.tool_call_from_pb(request.tool_call), session=request.session,
+            tools=cv.tools_from_json(request.tools_json), finish_reason=request.finish_reason or None)
+        return cv.verdict_to_pb(verdict)
+
+    @rpc
+    def SuggestPath(self, request: pb.SuggestPathRequest, context: Any) -> pb.SuggestPathResponse:
+        suggestion = self.guards.suggest_path(request.content, session=request.session, tool=request.tool)
+        return cv.suggestion_to_pb(suggestion)
+
+    @rpc
+    def PlanEdits(self, request: pb.PlanEditsRequest, context: Any) -> pb.PlanEditsResponse:
+        plan = self.guards.plan_edits(cv.edits_from_pb(request.edits), snapshot=request.snapshot,
+                                      snapshot_handle=request.snapshot_handle, session=request.session,
+                                      path=request.path)
+        return cv.plan_to_pb(plan)
+
+    @rpc
+    def ListSessionEvents(self, request: pb.ListSessionEventsRequest, context: Any
+                          ) -> pb.ListSessionEventsResponse:
+        return pb.ListSessionEventsResponse(events=[
+            pb.SessionEvent(kind=e.get("kind", ""), event_json=json.dumps(e, ensure_ascii=False))
+            for e in self.guards.events(request.session)])

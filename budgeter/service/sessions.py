@@ -107,6 +107,7 @@ class Live:
     info: SessionInfo
     engine: Session
     version: int = 0
+    events_seen: int = 0
     stored_handles: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -254,6 +255,7 @@ class Sessions:
         policy = policy_from_dict({**base, **overrides})
         temp = Session(live.engine.counter, policy=policy, tools=live.engine.tools)
         temp.history, temp.facts = list(live.engine.history), list(live.engine.facts)
+        temp.superseded = dict(live.engine.superseded)
         return temp.build()
 
     def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
@@ -275,6 +277,10 @@ class Sessions:
         return self.store.get_payload(session_id_of(name), handle)
 
     # -- replica state -------------------------------------------------------------------------
+
+    def live(self, name: str) -> Live:
+        """The session's engine state, caught up with the store (for the guard rails)."""
+        return self._sync(session_id_of(name))
 
     def _info(self, sid: str, *, fresh: bool = False) -> SessionInfo:
         with self._live_lock:
@@ -299,6 +305,7 @@ class Sessions:
                 live = self._new_live(record)
                 with live.lock:
                     self._catch_up(live, records)
+                    self._apply_events(live, record.events)
                 if self._keep(live) is live:
                     return live
                 continue  # another request cached this session first: sync that one
@@ -310,6 +317,7 @@ class Sessions:
                     raise
                 if record.incarnation == live.info.record.incarnation:
                     self._catch_up(live, records)
+                    self._apply_events(live, record.events)
                     return live
             self._forget(sid)
         raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
@@ -329,6 +337,16 @@ class Sessions:
             while len(self._live) > self.limits.live_sessions:
                 self._live.popitem(last=False)
         return live
+
+    def _apply_events(self, live: Live, count: int) -> None:
+        """Events that change what the engine keeps (planned edits supersede snapshots)."""
+        if count <= live.events_seen:
+            return
+        for text in self.store.events(live.info.id, since=live.events_seen):
+            event = json.loads(text)
+            if event.get("kind") == "snapshot_superseded":
+                live.engine.supersede(event["path"], at=event["at"])
+        live.events_seen = count
 
     def _catch_up(self, live: Live, records: Sequence[str]) -> None:
         if not records:

@@ -6,7 +6,8 @@ A store keeps sessions as opaque records; it knows nothing of messages or tokeni
   the number of appended messages;
 - the session's history, a list of record strings, append-only;
 - idempotency entries: ``request_id`` -> (fingerprint, first index, result), expiring;
-- elided payloads, content-addressed (handle -> text), living as long as the session.
+- elided payloads, content-addressed (handle -> text), living as long as the session;
+- events, an append-only list of JSON strings (the session record counts them).
 
 ``append`` is atomic: the batch lands contiguously, after a check of the incarnation and, when
 given, of the expected version (optimistic concurrency). ``read(since=n)`` returns the session row
@@ -36,6 +37,8 @@ class SessionRecord:
     """Seconds; every append renews it."""
     expires: float | None = None
     version: int = 0
+    events: int = 0
+    """Number of session events (guard-rail verdicts, rescued paths, planned edits)."""
 
     def renewed(self, now: float, version: int) -> SessionRecord:
         return replace(self, version=version, expires=now + self.ttl if self.ttl else None)
@@ -65,6 +68,8 @@ class SessionStore(Protocol):
                request_id: str, fingerprint: str, result: str,
                expected_version: int | None = None) -> AppendOutcome: ...
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]: ...
+    def add_event(self, session_id: str, event: str) -> int: ...
+    def events(self, session_id: str, *, since: int = 0) -> list[str]: ...
     def put_payloads(self, session_id: str, payloads: Mapping[str, str]) -> None: ...
     def get_payload(self, session_id: str, handle: str) -> str: ...
     def ping(self) -> None: ...

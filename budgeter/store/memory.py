@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from budgeter.errors import AlreadyExists, PayloadNotFound, SessionNotFound
 from budgeter.store.base import (
@@ -23,6 +23,7 @@ class _Entry:
     history: list[str] = field(default_factory=list)
     requests: dict[str, tuple[str, int, str, float]] = field(default_factory=dict)
     payloads: dict[str, str] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -95,6 +96,17 @@ class MemoryStore:
         with self._lock:
             entry = self._entry(session_id)
             return entry.record, entry.history[since:]
+
+    def add_event(self, session_id: str, event: str) -> int:
+        with self._lock:
+            entry = self._entry(session_id)
+            entry.events.append(event)
+            entry.record = replace(entry.record, events=len(entry.events))
+            return len(entry.events) - 1
+
+    def events(self, session_id: str, *, since: int = 0) -> list[str]:
+        with self._lock:
+            return self._entry(session_id).events[since:]
 
     def put_payloads(self, session_id: str, payloads: Mapping[str, str]) -> None:
         with self._lock:

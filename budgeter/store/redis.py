@@ -2,7 +2,7 @@
 
 A session is a few keys under one hash tag, so a Cluster keeps them in one slot:
 ``{prefix}:{<id>}:meta`` (hash: incarnation, config, created, ttl, version),
-``...:msgs`` (list of records), ``...:pay`` (hash handle -> payload) and
+``...:msgs`` (list of records), ``...:pay`` (hash handle -> payload), ``...:events`` (list) and
 ``...:req:<incarnation>:<request_id>`` (the idempotent result, expiring).
 Two keys outside the tag index sessions: ``{prefix}:index`` (ids, for paging) and
 ``{prefix}:expiry`` (ids by expiry time, for the session quota).
@@ -37,7 +37,7 @@ from budgeter.store.base import (
 
 CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'incarnation', ARGV[1], 'config', ARGV[2], 'created', ARGV[3],
            'ttl', ARGV[4], 'version', 0)
 if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], math.floor(ARGV[4] * 1000)) end
@@ -68,8 +68,18 @@ if ttl and ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ms)
   redis.call('PEXPIRE', KEYS[2], ms)
   redis.call('PEXPIRE', KEYS[4], ms)
+  redis.call('PEXPIRE', KEYS[5], ms)
 end
 return {'OK', tostring(version), tostring(new), meta[3] or '0'}
+"""
+
+ADD_EVENT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local n = redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'events', n)
+local ms = redis.call('PTTL', KEYS[1])
+if ms > 0 then redis.call('PEXPIRE', KEYS[2], ms) end
+return n - 1
 """
 
 PUT_PAYLOADS = """
@@ -105,6 +115,7 @@ class RedisStore:
         self._create = client.register_script(CREATE)
         self._append = client.register_script(APPEND)
         self._put = client.register_script(PUT_PAYLOADS)
+        self._event = client.register_script(ADD_EVENT)
         self._index = f"{prefix}:index"
         self._expiry = f"{prefix}:expiry"
 
@@ -115,7 +126,7 @@ class RedisStore:
     def keys(self, session_id: str) -> dict[str, str]:
         base = f"{self.prefix}:{{{session_id}}}"
         return {"meta": f"{base}:meta", "msgs": f"{base}:msgs", "pay": f"{base}:pay",
-                "req": f"{base}:req"}
+                "events": f"{base}:events", "req": f"{base}:req"}
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -140,12 +151,13 @@ class RedisStore:
             id=session_id, incarnation=meta[b"incarnation"].decode(),
             config=meta[b"config"].decode(), created=float(meta[b"created"]), ttl=ttl,
             expires=now() + pttl / 1000 if pttl > 0 else None,
-            version=int(meta[b"version"]) if version is None else version)
+            version=int(meta[b"version"]) if version is None else version,
+            events=int(meta.get(b"events", 0)))
 
     def create(self, record: SessionRecord) -> None:
         k = self.keys(record.id)
         with self._guard():
-            made = self._create(keys=[k["meta"], k["msgs"], k["pay"]],
+            made = self._create(keys=[k["meta"], k["msgs"], k["pay"], k["events"]],
                                 args=[record.incarnation, record.config, repr(record.created),
                                       repr(record.ttl or 0)])
             if not made:
@@ -186,7 +198,7 @@ class RedisStore:
     def delete(self, session_id: str) -> None:
         k = self.keys(session_id)
         with self._guard():
-            if not self.client.delete(k["meta"], k["msgs"], k["pay"]):
+            if not self.client.delete(k["meta"], k["msgs"], k["pay"], k["events"]):
                 raise self._not_found(session_id)
             self._forget(session_id)
 
@@ -206,7 +218,7 @@ class RedisStore:
                 "" if expected_version is None else str(expected_version), result,
                 str(self._idem_ms), *records]
         with self._guard():
-            reply = self._append(keys=[k["meta"], k["msgs"], req, k["pay"]], args=args)
+            reply = self._append(keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]], args=args)
             status = reply[0].decode()
             if status == "OK" and float(reply[3]) > 0:
                 self.client.zadd(self._expiry, {session_id: now() + float(reply[3])})
@@ -235,6 +247,25 @@ class RedisStore:
             raise self._not_found(session_id)
         records = [r.decode() for r in rest[0]] if rest else []
         return self._record(session_id, meta, pttl), records
+
+    def add_event(self, session_id: str, event: str) -> int:
+        k = self.keys(session_id)
+        with self._guard():
+            index = int(self._event(keys=[k["meta"], k["events"]], args=[event]))
+        if index < 0:
+            raise self._not_found(session_id)
+        return index
+
+    def events(self, session_id: str, *, since: int = 0) -> list[str]:
+        k = self.keys(session_id)
+        with self._guard():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.exists(k["meta"])
+            pipe.lrange(k["events"], since, -1)
+            exists, items = pipe.execute()
+        if not exists:
+            raise self._not_found(session_id)
+        return [i.decode() for i in items]
 
     def put_payloads(self, session_id: str, payloads: Mapping[str, str]) -> None:
         if not payloads:

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from budgeter.errors import AlreadyExists, PayloadNotFound, SessionNotFound, StoreUnavailable
@@ -35,6 +36,10 @@ CREATE TABLE IF NOT EXISTS requests (
   session_id TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
   first_index INTEGER NOT NULL, result TEXT NOT NULL, expires REAL NOT NULL,
   PRIMARY KEY (session_id, request_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+  session_id TEXT NOT NULL, idx INTEGER NOT NULL, event TEXT NOT NULL,
+  PRIMARY KEY (session_id, idx)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS payloads (
   session_id TEXT NOT NULL, handle TEXT NOT NULL, content TEXT NOT NULL,
@@ -83,12 +88,14 @@ class SQLiteStore:
         if row is None or (row[5] is not None and row[5] <= now()):
             raise SessionNotFound(f"session {session_id!r} does not exist",
                                   metadata={"session": session_id})
-        return SessionRecord(*row)
+        events = db.execute("SELECT count(*) FROM events WHERE session_id = ?", (session_id,)).fetchone()[0]
+        return replace(SessionRecord(*row), events=events)
 
     @staticmethod
     def _purge(db: sqlite3.Connection, session_id: str) -> None:
         for table, key in (("sessions", "id"), ("messages", "session_id"),
-                           ("requests", "session_id"), ("payloads", "session_id")):
+                           ("requests", "session_id"), ("payloads", "session_id"),
+                           ("events", "session_id")):
             db.execute(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
 
     def create(self, record: SessionRecord) -> None:
@@ -159,6 +166,19 @@ class SQLiteStore:
             rows = db.execute("SELECT record FROM messages WHERE session_id = ? AND idx >= ? "
                               "ORDER BY idx", (session_id, since)).fetchall()
         return rec, [r[0] for r in rows]
+
+    def add_event(self, session_id: str, event: str) -> int:
+        with self._tx(write=True) as db:
+            index = self._row(db, session_id).events
+            db.execute("INSERT INTO events VALUES (?, ?, ?)", (session_id, index, event))
+            return index
+
+    def events(self, session_id: str, *, since: int = 0) -> list[str]:
+        with self._tx() as db:
+            self._row(db, session_id)
+            rows = db.execute("SELECT event FROM events WHERE session_id = ? AND idx >= ? ORDER BY idx",
+                              (session_id, since)).fetchall()
+        return [r[0] for r in rows]
 
     def put_payloads(self, session_id: str, payloads: Mapping[str, str]) -> None:
         with self._tx(write=True) as db:

@@ -47,6 +47,14 @@ class PromptView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROMPT_VIEW_FULL: _ClassVar[PromptView]
     PROMPT_VIEW_JSON: _ClassVar[PromptView]
     PROMPT_VIEW_TYPED: _ClassVar[PromptView]
+
+class EditStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EDIT_STATUS_UNSPECIFIED: _ClassVar[EditStatus]
+    EDIT_STATUS_APPLIED: _ClassVar[EditStatus]
+    EDIT_STATUS_OUT_OF_RANGE: _ClassVar[EditStatus]
+    EDIT_STATUS_OVERLAP: _ClassVar[EditStatus]
+    EDIT_STATUS_MISMATCH: _ClassVar[EditStatus]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -69,6 +77,11 @@ PROMPT_VIEW_UNSPECIFIED: PromptView
 PROMPT_VIEW_FULL: PromptView
 PROMPT_VIEW_JSON: PromptView
 PROMPT_VIEW_TYPED: PromptView
+EDIT_STATUS_UNSPECIFIED: EditStatus
+EDIT_STATUS_APPLIED: EditStatus
+EDIT_STATUS_OUT_OF_RANGE: EditStatus
+EDIT_STATUS_OVERLAP: EditStatus
+EDIT_STATUS_MISMATCH: EditStatus
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")
@@ -415,3 +428,135 @@ class GetPayloadResponse(_message.Message):
     handle: str
     content: str
     def __init__(self, handle: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ValidateToolCallRequest(_message.Message):
+    __slots__ = ("session", "tool_call", "tools_json", "finish_reason")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    tool_call: ToolCall
+    tools_json: str
+    finish_reason: str
+    def __init__(self, session: _Optional[str] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., tools_json: _Optional[str] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class Problem(_message.Message):
+    __slots__ = ("code", "field", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    field: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ValidateToolCallResponse(_message.Message):
+    __slots__ = ("status", "runnable", "arguments", "detail", "problems", "repeat_of_index", "repeat_error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RUNNABLE_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_OF_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: ArgumentStatus
+    runnable: bool
+    arguments: str
+    detail: str
+    problems: _containers.RepeatedCompositeFieldContainer[Problem]
+    repeat_of_index: int
+    repeat_error: str
+    def __init__(self, status: _Optional[_Union[ArgumentStatus, str]] = ..., runnable: _Optional[bool] = ..., arguments: _Optional[str] = ..., detail: _Optional[str] = ..., problems: _Optional[_Iterable[_Union[Problem, _Mapping]]] = ..., repeat_of_index: _Optional[int] = ..., repeat_error: _Optional[str] = ...) -> None: ...
+
+class SuggestPathRequest(_message.Message):
+    __slots__ = ("session", "content", "tool")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    content: str
+    tool: str
+    def __init__(self, session: _Optional[str] = ..., content: _Optional[str] = ..., tool: _Optional[str] = ...) -> None: ...
+
+class SuggestPathResponse(_message.Message):
+    __slots__ = ("kind", "path", "confidence", "reason")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    path: str
+    confidence: float
+    reason: str
+    def __init__(self, kind: _Optional[str] = ..., path: _Optional[str] = ..., confidence: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LineEdit(_message.Message):
+    __slots__ = ("start_line", "end_line", "body", "expected_old")
+    START_LINE_FIELD_NUMBER: _ClassVar[int]
+    END_LINE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_OLD_FIELD_NUMBER: _ClassVar[int]
+    start_line: int
+    end_line: int
+    body: str
+    expected_old: str
+    def __init__(self, start_line: _Optional[int] = ..., end_line: _Optional[int] = ..., body: _Optional[str] = ..., expected_old: _Optional[str] = ...) -> None: ...
+
+class EditOutcome(_message.Message):
+    __slots__ = ("index", "status", "message", "shift")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SHIFT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    status: EditStatus
+    message: str
+    shift: int
+    def __init__(self, index: _Optional[int] = ..., status: _Optional[_Union[EditStatus, str]] = ..., message: _Optional[str] = ..., shift: _Optional[int] = ...) -> None: ...
+
+class PlanEditsRequest(_message.Message):
+    __slots__ = ("session", "snapshot", "snapshot_handle", "path", "edits")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    EDITS_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    snapshot: str
+    snapshot_handle: str
+    path: str
+    edits: _containers.RepeatedCompositeFieldContainer[LineEdit]
+    def __init__(self, session: _Optional[str] = ..., snapshot: _Optional[str] = ..., snapshot_handle: _Optional[str] = ..., path: _Optional[str] = ..., edits: _Optional[_Iterable[_Union[LineEdit, _Mapping]]] = ...) -> None: ...
+
+class PlanEditsResponse(_message.Message):
+    __slots__ = ("text", "edits", "ok", "order")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    EDITS_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    edits: _containers.RepeatedCompositeFieldContainer[EditOutcome]
+    ok: bool
+    order: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, text: _Optional[str] = ..., edits: _Optional[_Iterable[_Union[EditOutcome, _Mapping]]] = ..., ok: _Optional[bool] = ..., order: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListSessionEventsRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    def __init__(self, session: _Optional[str] = ...) -> None: ...
+
+class SessionEvent(_message.Message):
+    __slots__ = ("kind", "event_json")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EVENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    event_json: str
+    def __init__(self, kind: _Optional[str] = ..., event_json: _Optional[str] = ...) -> None: ...
+
+class ListSessionEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[SessionEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[SessionEvent, _Mapping]]] = ...) -> None: ...

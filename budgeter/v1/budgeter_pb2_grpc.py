@@ -79,6 +79,26 @@ class BudgeterServiceStub:
                 request_serializer=budgeter_dot_v1_dot_budgeter__pb2.GetPayloadRequest.SerializeToString,
                 response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.GetPayloadResponse.FromString,
                 _registered_method=True)
+        self.ValidateToolCall = channel.unary_unary(
+                '/budgeter.v1.BudgeterService/ValidateToolCall',
+                request_serializer=budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallRequest.SerializeToString,
+                response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallResponse.FromString,
+                _registered_method=True)
+        self.SuggestPath = channel.unary_unary(
+                '/budgeter.v1.BudgeterService/SuggestPath',
+                request_serializer=budgeter_dot_v1_dot_budgeter__pb2.SuggestPathRequest.SerializeToString,
+                response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.SuggestPathResponse.FromString,
+                _registered_method=True)
+        self.PlanEdits = channel.unary_unary(
+                '/budgeter.v1.BudgeterService/PlanEdits',
+                request_serializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.SerializeToString,
+                response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.FromString,
+                _registered_method=True)
+        self.ListSessionEvents = channel.unary_unary(
+                '/budgeter.v1.BudgeterService/ListSessionEvents',
+                request_serializer=budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsRequest.SerializeToString,
+                response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsResponse.FromString,
+                _registered_method=True)
 
 
 class BudgeterServiceServicer:
@@ -156,6 +176,39 @@ class BudgeterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ValidateToolCall(self, request, context):
+        """Checks a tool call before it runs: arguments, the tool's JSON Schema, copied elision markers,
+        and (with a session) repeats of a call that already failed; records the verdict in the session.
+        Errors: INVALID_ARGUMENT (INVALID_INPUT), NOT_FOUND (SESSION_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SuggestPath(self, request, context):
+        """Proposes a path for content whose write lost its path; records path_rescued in the session.
+        Errors: INVALID_ARGUMENT (INVALID_INPUT), NOT_FOUND (SESSION_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanEdits(self, request, context):
+        """Applies line-range edits queued against one snapshot bottom-up. With a session and a path, the
+        session's snapshots of that path become stale. Errors: INVALID_ARGUMENT (INVALID_INPUT),
+        NOT_FOUND (SESSION_NOT_FOUND, PAYLOAD_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessionEvents(self, request, context):
+        """The session's guard-rail events, oldest first. Errors: NOT_FOUND (SESSION_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BudgeterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +256,26 @@ def add_BudgeterServiceServicer_to_server(servicer, server):
                     servicer.GetPayload,
                     request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.GetPayloadRequest.FromString,
                     response_serializer=budgeter_dot_v1_dot_budgeter__pb2.GetPayloadResponse.SerializeToString,
+            ),
+            'ValidateToolCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateToolCall,
+                    request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallRequest.FromString,
+                    response_serializer=budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallResponse.SerializeToString,
+            ),
+            'SuggestPath': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuggestPath,
+                    request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.SuggestPathRequest.FromString,
+                    response_serializer=budgeter_dot_v1_dot_budgeter__pb2.SuggestPathResponse.SerializeToString,
+            ),
+            'PlanEdits': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanEdits,
+                    request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.FromString,
+                    response_serializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.SerializeToString,
+            ),
+            'ListSessionEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessionEvents,
+                    request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsRequest.FromString,
+                    response_serializer=budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -448,6 +521,114 @@ class BudgeterService:
             '/budgeter.v1.BudgeterService/GetPayload',
             budgeter_dot_v1_dot_budgeter__pb2.GetPayloadRequest.SerializeToString,
             budgeter_dot_v1_dot_budgeter__pb2.GetPayloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateToolCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/budgeter.v1.BudgeterService/ValidateToolCall',
+            budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallRequest.SerializeToString,
+            budgeter_dot_v1_dot_budgeter__pb2.ValidateToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuggestPath(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/budgeter.v1.BudgeterService/SuggestPath',
+            budgeter_dot_v1_dot_budgeter__pb2.SuggestPathRequest.SerializeToString,
+            budgeter_dot_v1_dot_budgeter__pb2.SuggestPathResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanEdits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/budgeter.v1.BudgeterService/PlanEdits',
+            budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.SerializeToString,
+            budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessionEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/budgeter.v1.BudgeterService/ListSessionEvents',
+            budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsRequest.SerializeToString,
+            budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -179,3 +179,20 @@ def test_concurrent_appends_lose_nothing_and_keep_each_writers_order(store):
         assert mine == [f"{w}:{i}:{x}" for i in range(per) for x in "ab"]
     for k in range(0, len(records), 2):  # each batch stays contiguous
         assert records[k].rsplit(":", 1)[0] == records[k + 1].rsplit(":", 1)[0]
+
+
+def test_events_are_counted_and_read_since(store):
+    rec = new(ttl=30)
+    store.create(rec)
+    assert store.get("s1").events == 0
+    assert store.add_event("s1", '{"kind": "a"}') == 0
+    assert store.add_event("s1", '{"kind": "b ✓"}') == 1
+    assert store.get("s1").events == 2 and store.read("s1")[0].events == 2
+    assert store.events("s1") == ['{"kind": "a"}', '{"kind": "b ✓"}']
+    assert store.events("s1", since=1) == ['{"kind": "b ✓"}']
+    store.delete("s1")
+    with pytest.raises(SessionNotFound):
+        store.add_event("s1", "{}")
+    fresh = new()
+    store.create(fresh)
+    assert store.events("s1") == [] and store.get("s1").events == 0

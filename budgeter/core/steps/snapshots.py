@@ -1,8 +1,9 @@
 """Supersede stale file snapshots.
 
 A READ result for a path is stale once a later call reads that path again (successfully), or
-writes or edits it. The stale result becomes a stub that names the path, its size, the history
-index of the newer call, and the handle of the elided text.
+writes or edits it, or once the caller declared it stale (edits planned against it: the session's
+``superseded`` paths, with the history length at the time). The stale result becomes a stub that
+names the path, its size, the history index of the newer call, and the handle of the elided text.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ def supersede_snapshots(view: View, ctx: Context) -> tuple[View, StepReport]:
     newer: dict[str, int] = {}
     stale: dict[int, tuple[str, str, int]] = {}
     for pos, op, path, name, index in reversed(events):
-        if op is FileOp.READ and path in newer and view[pos].kind == "raw":
-            stale[pos] = (path, name, newer[path])
+        declared = ctx.superseded.get(path, -1)
+        if op is FileOp.READ and view[pos].kind == "raw":
+            if path in newer:
+                stale[pos] = (path, name, newer[path])
+            elif index < declared:
+                stale[pos] = (path, name, declared)
         newer[path] = index
     if not stale:
         return view, StepReport("supersede_snapshots", 0, 0)

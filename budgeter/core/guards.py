@@ -1,0 +1,153 @@
+"""Tool-call guard rails: validate a call before the executor runs it, and rescue a lost path.
+
+``validate_tool_call`` checks, in order: the arguments (VALID, REPAIRED with the lossless repair
+applied, TRUNCATED, INVALID; a cut payload is never completed), the tool's JSON Schema (required
+fields present, and non-empty for required strings; types; enums), budgeter's own elision markers
+copied into the arguments, and whether an identical call already failed in the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from budgeter.core.classify import FileOp, ResultStatus
+from budgeter.core.facts import Facts
+from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
+from budgeter.core.markers import contains_marker, handle_for
+from budgeter.core.messages import Message, ToolCall
+from budgeter.core.sniff import PathSuggestion, suggest_path
+from budgeter.core.typing import JSONDict
+
+FailureKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    code: str
+    """UNKNOWN_TOOL, SCHEMA, EMPTY_REQUIRED, COPIED_MARKER or REPEATED_FAILURE."""
+    field: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallVerdict:
+    status: ArgStatus
+    arguments: str
+    """What to run: canonical JSON for VALID and REPAIRED, the text as given otherwise."""
+    repair: str = ""
+    detail: str = ""
+    problems: tuple[Problem, ...] = ()
+    repeat_of: int | None = None
+    """History index of an identical call that already failed."""
+    repeat_error: str = ""
+
+    @property
+    def runnable(self) -> bool:
+        return self.status in (ArgStatus.VALID, ArgStatus.REPAIRED) and not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "runnable": self.runnable, "arguments": self.arguments,
+                "repair": self.repair, "detail": self.detail,
+                "problems": [{"code": p.code, "field": p.field, "message": p.message}
+                             for p in self.problems],
+                "repeat_of": self.repeat_of, "repeat_error": self.repeat_error}
+
+
+def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
+                       finish_reason: str | None = None,
+                       failures: Mapping[FailureKey, tuple[int, str]] | None = None) -> CallVerdict:
+    verdict = classify_arguments(call.arguments, finish_reason=finish_reason)
+    value = verdict.value
+    problems: list[Problem] = []
+    if tools:
+        schema = tool_schema(tools, call.name)
+        if schema is None:
+            problems.append(Problem("UNKNOWN_TOOL", "name", f"no tool named {call.name!r} in tools"))
+        elif value is not None:
+            problems += schema_problems(value, schema)
+    leaves = list(string_leaves(value)) if value is not None else [("", call.arguments)]
+    problems += [Problem("COPIED_MARKER", path or "arguments",
+                         f"{path or 'the arguments'} holds budgeter's elision marker: it was copied "
+                         "from compressed history, not written")
+                 for path, text in leaves if contains_marker(text)]
+    canonical = dumps(value) if value is not None else call.arguments
+    earlier = (failures or {}).get((call.name, canonical))
+    if earlier is not None:
+        problems.append(Problem("REPEATED_FAILURE", "", f"identical to call #{earlier[0]}, "
+                                f"which failed: {earlier[1]}"))
+    return CallVerdict(verdict.status, canonical, verdict.repair, verdict.detail, tuple(problems),
+                       earlier[0] if earlier else None, earlier[1] if earlier else "")
+
+
+def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(fn, dict) and fn.get("name") == name:
+            params = fn.get("parameters")
+            return params if isinstance(params, dict) else {}
+    return None
+
+
+def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {exc.message}")]
+    out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
+           for e in Draft202012Validator(schema).iter_errors(value)]
+    props = schema.get("properties") or {}
+    for key in schema.get("required") or ():
+        declared = props.get(key) if isinstance(props, dict) else None
+        is_string = isinstance(declared, dict) and declared.get("type") in (None, "string")
+        if is_string and value.get(key) == "":
+            out.append(Problem("EMPTY_REQUIRED", key, f"required field {key!r} is empty"))
+    return out
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def string_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from string_leaves(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from string_leaves(v, f"{path}[{i}]")
+
+
+def failed_calls(history: Sequence[Message], facts: Sequence[Facts]) -> dict[FailureKey, tuple[int, str]]:
+    """(tool name, canonical arguments) -> (index of the first failed call, first line of its error)."""
+    results = {m.tool_call_id: (i, m.content) for i, m in enumerate(history) if m.role == "tool"}
+    out: dict[FailureKey, tuple[int, str]] = {}
+    for i, (m, f) in enumerate(zip(history, facts, strict=True)):
+        for call, cf in zip(m.tool_calls, f.calls, strict=False):
+            found = results.get(call.id)
+            if found is None or facts[found[0]].result is not ResultStatus.ERROR:
+                continue
+            value = cf.verdict.value
+            key = (call.name, dumps(value) if value is not None else call.arguments)
+            first_line = next((ln for ln in found[1].splitlines() if ln.strip()), "")[:200]
+            out.setdefault(key, (i, first_line))
+    return out
+
+
+def html_pages_written(facts: Sequence[Facts]) -> int:
+    return sum(1 for f in facts for c in f.calls
+               if c.op is FileOp.WRITE and c.path.lower().endswith((".html", ".htm")))
+
+
+def rescue_path(content: str, *, html_pages_seen: int = 0) -> PathSuggestion:
+    """``suggest_path`` with a stamp derived from the content (the same content, the same path)."""
+    return suggest_path(content, html_pages_seen=html_pages_seen, stamp=handle_for(content)[:8])

@@ -1,0 +1,127 @@
+"""The guard-rail RPCs through a real server: ValidateToolCall, SuggestPath, PlanEdits."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from budgeter.client import ClientError
+from budgeter.core.markers import marker
+from tests.core.test_edits import EDITS, FILE, expected_file
+from tests.service.agent import TOOLS, call, result
+
+
+def tc(cid: str, args: dict | str, name: str = "write_file") -> dict:
+    return call(cid, name, args)["tool_calls"][0]
+
+
+def test_validate_without_a_session(client):
+    ok = client.validate_tool_call(tc("a", {"path": "a.py", "content": "x"}), tools=TOOLS)
+    assert ok["status"] == "ARGUMENT_STATUS_VALID" and ok["runnable"] and ok["problems"] == []
+    cut = client.validate_tool_call(tc("b", '{"path": "a.py", "content": "pri'), tools=TOOLS,
+                                    finish_reason="length")
+    assert cut["status"] == "ARGUMENT_STATUS_TRUNCATED" and not cut["runnable"]
+    assert cut["arguments"] == '{"path": "a.py", "content": "pri'
+    empty = client.validate_tool_call(tc("c", {"path": "", "content": "x"}), tools=TOOLS)
+    assert [(p["code"], p["field"]) for p in empty["problems"]] == [("EMPTY_REQUIRED", "path")]
+    copied = client.validate_tool_call(
+        tc("d", {"path": "a", "content": marker("elided", "h=0123456789abcdef")}), tools=TOOLS)
+    assert [(p["code"], p["field"]) for p in copied["problems"]] == [("COPIED_MARKER", "content")]
+    with pytest.raises(ClientError) as e:
+        client.validate_tool_call({"id": "x", "function": {"name": "", "arguments": "{}"}})
+    assert (e.value.code, e.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_INPUT")
+
+
+def test_validate_in_a_session_flags_repeats_and_records(client):
+    s = client.create_session(tools=TOOLS)
+    page = "<!DOCTYPE html><html><title>Shop</title>" + "x" * 7000 + "</html>"
+    s.append([{"role": "user", "content": "build"}, call("w1", "write_file", {"path": "", "content": page}),
+              result("w1", "Error: path must not be empty")])
+    again = s.validate_tool_call(tc("w2", {"path": "", "content": page}))  # the session's tools
+    assert again["repeat_of_index"] == 1 and again["repeat_error"] == "Error: path must not be empty"
+    assert {p["code"] for p in again["problems"]} == {"EMPTY_REQUIRED", "REPEATED_FAILURE"}
+    rescue = s.suggest_path(page, tool="write_file")
+    assert (rescue["kind"], rescue["path"]) == ("html", "index.html")
+    events = s.events()
+    assert [e["kind"] for e in events] == ["tool_call_validated", "path_rescued"]
+    assert events[0]["runnable"] is False and events[1]["chars"] == len(page)
+    s.append([call("w3", "write_file", {"path": "index.html", "content": page}), result("w3", "ok")])
+    second = s.suggest_path(page.replace("Shop", "About Us"))
+    assert second["path"] == "about-us.html"
+
+
+def test_plan_edits_lands_all_five(client):
+    out = client.plan_edits([{"start_line": e.start_line, "end_line": e.end_line, "body": e.body}
+                             for e in EDITS], snapshot=FILE)
+    assert out["ok"] and out["text"] == expected_file()
+    assert [e["shift"] for e in out["edits"]] == [2, -9, 1, -4, 1] and out["order"] == [4, 3, 2, 1, 0]
+    bad = client.plan_edits([{"start_line": 5, "end_line": 8, "body": "a"},
+                             {"start_line": 7, "end_line": 9, "body": "b"},
+                             {"start_line": 20, "end_line": 20, "body": "c", "expected_old": "nope"}],
+                            snapshot=FILE)
+    assert [e["status"] for e in bad["edits"]] == ["EDIT_STATUS_OVERLAP", "EDIT_STATUS_OVERLAP",
+                                                   "EDIT_STATUS_MISMATCH"]
+    assert not bad["ok"] and bad["text"] == FILE
+
+
+def test_plan_edits_in_a_session_supersedes_the_snapshot(client):
+    s = client.create_session(tools=TOOLS, window=4000, reserve=200, protect_tail_turns=1)
+    numbered = "".join(f"{n:6d}\t{line}\n" for n, line in enumerate(FILE.splitlines(), 1))
+    s.append([{"role": "system", "content": "agent"}, {"role": "user", "content": "edit app.py"},
+              call("r1", "read_file", {"path": "app.py"}), result("r1", numbered)])
+    before = s.prompt()
+    assert numbered in [m["content"] for m in before.messages]
+    plan = s.plan_edits([{"start_line": 10, "end_line": 12, "body": "ten\n"}], snapshot=numbered,
+                        path="app.py")
+    assert plan["ok"] and plan["text"].startswith("line 1\n")
+    s.append([{"role": "user", "content": "now " + "more words " * 1500}])
+    after = s.prompt()
+    steps = {st["step"]: st for st in after.report["steps"]}
+    stale = steps["supersede_snapshots"]["actions"]
+    assert [(a["index"], a["action"]) for a in stale] == [("3", "snapshot_superseded")]
+    assert [e["kind"] for e in s.events()] == ["snapshot_superseded"]
+    with pytest.raises(ClientError) as e:
+        s.plan_edits([{"start_line": 1, "end_line": 1, "body": "x"}], snapshot="a\n", path="../etc/passwd")
+    assert e.value.reason == "INVALID_INPUT"
+    with pytest.raises(ClientError) as e:
+        s.plan_edits([{"start_line": 1, "end_line": 1, "body": "x"}], snapshot_handle="0" * 16)
+    assert e.value.reason == "PAYLOAD_NOT_FOUND"
+    assert s.payload(stale[0]["handle"]) == numbered  # the stale snapshot, byte for byte
+    fetched = s.plan_edits([{"start_line": 1, "end_line": 1, "body": "first\n"}],
+                           snapshot_handle=stale[0]["handle"])
+    assert fetched["ok"] and fetched["text"] == "first\n" + FILE.split("\n", 1)[1]
+
+
+def test_readme_executor_recipe(client):
+    """The README's executor recipe, run as written against a real server."""
+    import json
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
+    code = re.search(r"```python\n(def run_calls.*?)```", readme, re.S).group(1)
+    scope: dict = {"json": json}
+    exec(code, scope)  # noqa: S102 - the documented recipe itself
+    run_calls = scope["run_calls"]
+    written: dict[str, str] = {}
+
+    def execute(name, args):
+        if args["path"] == "full.txt":
+            return "Error: disk full"
+        written[args["path"]] = args["content"]
+        return "ok"
+
+    s = client.create_session(tools=TOOLS)
+    s.append([{"role": "user", "content": "make a page"}])
+    page = "<!DOCTYPE html><html><title>Home</title><body>hi</body></html>"
+    run_calls(s, call("a", "write_file", {"path": "", "content": page}), execute)
+    assert written == {"index.html": page}
+    run_calls(s, call("b", "write_file", '{"path": "x.html", "content": "<p', finish_reason="length"), execute)
+    run_calls(s, call("c", "write_file", {"path": "ok.txt", "content": "fine"}), execute)
+    assert written == {"index.html": page, "ok.txt": "fine"}
+    run_calls(s, call("d", "write_file", {"path": "full.txt", "content": "x"}), execute)
+    run_calls(s, call("e", "write_file", {"path": "full.txt", "content": "x"}), execute)
+    results = [m["content"] for m in s.prompt().messages if m["role"] == "tool"]
+    assert results[0].startswith("path was empty; wrote index.html.")
+    assert results[1].startswith("Error: cut inside a string")
+    assert results[2:] == ["ok", "Error: disk full", "Error: same as call #7: Error: disk full"]
