@@ -192,6 +192,65 @@ def plan_edits_cmd(
                     for r in plan.results]}, ok=plan.ok)
 
 
+def read_transcript(path: str) -> dict[str, Any]:
+    """A chat-completions body, a JSON list of messages, or a JSONL transcript of messages."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        try:
+            body = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            fail("INVALID_JSON", f"{path}: neither JSON nor JSONL: {exc}")
+    if isinstance(body, list):
+        body = {"messages": body}
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        fail("INVALID_INPUT", f"{path}: expected a chat-completions body, a list of messages or JSONL")
+    return body
+
+
+@app.command()
+def profile(
+    session: Annotated[str, typer.Argument(
+        help="SESSION.json (body, list or JSONL), -, or a session id with --server.")],
+    tokenizer: Annotated[list[str] | None, typer.Option("--tokenizer", "-t", help=(
+        "Tokenizer SPEC to profile with (repeatable; compared side by side). Default: qwen3.6."))] = None,
+    window: Annotated[int, typer.Option(help="Window for the compaction what-if.")] = 32768,
+    reserve: Annotated[int, typer.Option(help="Tokens kept free for the reply.")] = 2048,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    top: Annotated[int, typer.Option(help="Heaviest messages to list.")] = 10,
+    server: Annotated[str | None, typer.Option(help="Profile a stored session on this budgeter server.")] = None,
+) -> None:
+    """Where a session's tokens go, per tokenizer: composition, waste, kinds, compaction what-if."""
+    from budgeter.profiling import profile_body, profile_remote, show
+
+    try:
+        if server:
+            profiles = profile_remote(server, session, tokenizers=tokenizer or [], window=window)
+            source = f"{server} session {session}"
+        else:
+            body = read_transcript(session)
+            profiles = profile_body(body, tokenizers=tokenizer or [], window=window, reserve=reserve,
+                                    top=top, progress=not as_json)
+            source = session
+    except BudgeterError as exc:
+        fail(exc.reason, exc.message)
+    if html_out is not None:
+        from budgeter.report import render
+
+        html_out.write_text(render(profiles, source=source), encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(profiles if len(profiles) > 1 else profiles[0], ensure_ascii=False, indent=1))
+    else:
+        show(profiles, top=top)
+        if html_out is not None:
+            typer.echo(f"HTML report: {html_out}")
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,

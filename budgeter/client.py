@@ -198,6 +198,13 @@ class Client:
         return MessageToDict(self._call("PlanEdits", request), preserving_proto_field_name=True,
                              always_print_fields_with_no_presence=True)
 
+    def profile(self, session_id: str, *, tokenizers: Sequence[str] = (), window: int = 0,
+                top: int = 10) -> list[dict[str, Any]]:
+        """The ``budgeter profile --json`` figures of a stored session, one dict per tokenizer."""
+        request = pb.ProfileSessionRequest(session=f"sessions/{session_id}", tokenizers=list(tokenizers),
+                                           window=window, top=top)
+        return [json.loads(r.profile_json) for r in self._call("ProfileSession", request).reports]
+
     def events(self, session_id: str) -> list[dict[str, Any]]:
         r = self._call("ListSessionEvents", pb.ListSessionEventsRequest(session=f"sessions/{session_id}"))
         return [json.loads(e.event_json) for e in r.events]

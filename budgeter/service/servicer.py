@@ -135,3 +135,11 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         return pb.ListSessionEventsResponse(events=[
             pb.SessionEvent(kind=e.get("kind", ""), event_json=json.dumps(e, ensure_ascii=False))
             for e in self.guards.events(request.session)])
+
+    @rpc
+    def ProfileSession(self, request: pb.ProfileSessionRequest, context: Any) -> pb.ProfileSessionResponse:
+        reports = self.sessions.profile(request.session, tokenizers=list(request.tokenizers),
+                                        window=request.window, top=request.top)
+        return pb.ProfileSessionResponse(reports=[
+            pb.TokenizerReport(tokenizer=r["tokenizer"], tokens=r["tokens"],
+                               profile_json=json.dumps(r, ensure_ascii=False)) for r in reports])

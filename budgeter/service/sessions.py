@@ -271,6 +271,31 @@ class Sessions:
             each = tuple(counter.message_cost(m) for m in messages)
         return CountResult(total, each, name, counter.notes)
 
+    def profile(self, name: str, *, tokenizers: Sequence[str] = (), window: int = 0, top: int = 10
+                ) -> list[dict[str, Any]]:
+        from budgeter.core.profile import profile
+
+        live = self._sync(session_id_of(name))
+        cfg = live.info.config
+        if window < 0 or top < 0:
+            raise InvalidInput("window and top must not be negative", field="window")
+        policy = replace(cfg.policy, window=window) if window else cfg.policy
+        if policy.validate():
+            raise InvalidInput("window must exceed the session's reserve", field="window")
+        with live.lock:
+            history = list(live.engine.history)
+        out = []
+        for spec_name in list(tokenizers) or [cfg.tokenizer]:
+            name_ = self.profiles.name(spec_name)
+            started = time.perf_counter()
+            counter = self.profiles.counter(name_)
+            loaded = time.perf_counter() - started
+            with self.profiles.lock(name_):
+                result = profile(history, counter=counter, tools=cfg.tools, policy=policy,
+                                 load_seconds=loaded)
+            out.append({**result.as_dict(top=top or 10), "tokenizer": name_})
+        return out
+
     def payload(self, name: str, handle: str) -> str:
         if not handle:
             raise InvalidInput("handle is required", field="handle")

@@ -46,6 +46,7 @@ class MistralCounter:
         self._tok = tokenizer
         self._memo: dict[tuple[Any, ...], int] = {}
         self._costs: dict[Message, int] = {}
+        self._finetuning: Any = None
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
@@ -59,10 +60,23 @@ class MistralCounter:
 
         try:
             req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
-            valid = self._tok._chat_completion_request_validator.validate_request(req)
+            valid = self._validator(messages).validate_request(req)
             return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
         except Exception as exc:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
+
+    def _validator(self, messages: Sequence[Message]) -> Any:
+        """A conversation that ends with an assistant message (a transcript being profiled, or a
+        final answer) is not a serving request; it is counted as mistral-common tokenizes it for
+        fine-tuning: the same messages, the last one closed with EOS."""
+        default = self._tok._chat_completion_request_validator
+        if not messages or messages[-1].role != "assistant":
+            return default
+        if self._finetuning is None:
+            from mistral_common.protocol.instruct.validator import ValidationMode
+
+            self._finetuning = type(default)(mode=ValidationMode.finetuning)
+        return self._finetuning
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         from mistral_common.protocol.instruct.messages import (
@@ -102,10 +116,8 @@ class MistralCounter:
         return total
 
     def full_tokens(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> list[int]:
-        from mistral_common.protocol.instruct.request import ChatCompletionRequest
-
-        req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
-        return list(self._tok.encode_chat_completion(req).tokens)
+        """mistral-common's own encoding of the whole request (for proofs and tests)."""
+        return list(self._tok.instruct_tokenizer.encode_instruct(self._instruct(messages, tools)).tokens)
 
     def count_text(self, text: str) -> int:
         return len(self._tok.instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))

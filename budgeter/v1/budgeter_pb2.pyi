@@ -560,3 +560,31 @@ class ListSessionEventsResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[SessionEvent]
     def __init__(self, events: _Optional[_Iterable[_Union[SessionEvent, _Mapping]]] = ...) -> None: ...
+
+class ProfileSessionRequest(_message.Message):
+    __slots__ = ("session", "tokenizers", "window", "top")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZERS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    tokenizers: _containers.RepeatedScalarFieldContainer[str]
+    window: int
+    top: int
+    def __init__(self, session: _Optional[str] = ..., tokenizers: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., top: _Optional[int] = ...) -> None: ...
+
+class TokenizerReport(_message.Message):
+    __slots__ = ("tokenizer", "tokens", "profile_json")
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_JSON_FIELD_NUMBER: _ClassVar[int]
+    tokenizer: str
+    tokens: int
+    profile_json: str
+    def __init__(self, tokenizer: _Optional[str] = ..., tokens: _Optional[int] = ..., profile_json: _Optional[str] = ...) -> None: ...
+
+class ProfileSessionResponse(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[TokenizerReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[TokenizerReport, _Mapping]]] = ...) -> None: ...

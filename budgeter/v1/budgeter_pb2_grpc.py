@@ -94,6 +94,11 @@ class BudgeterServiceStub:
                 request_serializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.SerializeToString,
                 response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.FromString,
                 _registered_method=True)
+        self.ProfileSession = channel.unary_unary(
+                '/budgeter.v1.BudgeterService/ProfileSession',
+                request_serializer=budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionRequest.SerializeToString,
+                response_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionResponse.FromString,
+                _registered_method=True)
         self.ListSessionEvents = channel.unary_unary(
                 '/budgeter.v1.BudgeterService/ListSessionEvents',
                 request_serializer=budgeter_dot_v1_dot_budgeter__pb2.ListSessionEventsRequest.SerializeToString,
@@ -202,6 +207,15 @@ class BudgeterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProfileSession(self, request, context):
+        """Where a stored session's tokens go under one or more of this server's tokenizer profiles: the
+        same figures as `budgeter profile --json`. Errors: NOT_FOUND (SESSION_NOT_FOUND,
+        UNKNOWN_TOKENIZER), INVALID_ARGUMENT (INVALID_INPUT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListSessionEvents(self, request, context):
         """The session's guard-rail events, oldest first. Errors: NOT_FOUND (SESSION_NOT_FOUND).
         """
@@ -271,6 +285,11 @@ def add_BudgeterServiceServicer_to_server(servicer, server):
                     servicer.PlanEdits,
                     request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.FromString,
                     response_serializer=budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.SerializeToString,
+            ),
+            'ProfileSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProfileSession,
+                    request_deserializer=budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionRequest.FromString,
+                    response_serializer=budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionResponse.SerializeToString,
             ),
             'ListSessionEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessionEvents,
@@ -602,6 +621,33 @@ class BudgeterService:
             '/budgeter.v1.BudgeterService/PlanEdits',
             budgeter_dot_v1_dot_budgeter__pb2.PlanEditsRequest.SerializeToString,
             budgeter_dot_v1_dot_budgeter__pb2.PlanEditsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProfileSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/budgeter.v1.BudgeterService/ProfileSession',
+            budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionRequest.SerializeToString,
+            budgeter_dot_v1_dot_budgeter__pb2.ProfileSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

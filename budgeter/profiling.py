@@ -1,0 +1,121 @@
+"""``budgeter profile``: figures per tokenizer (``core.profile``), shown as rich tables."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from budgeter.core.messages import from_openai_list
+from budgeter.core.policy import Policy
+from budgeter.core.profile import CATEGORIES, profile
+from budgeter.errors import InvalidInput
+from budgeter.tokenizers import DEFAULT, resolve
+
+
+def load_timed(spec: str) -> tuple[Any, float]:
+    started = time.perf_counter()
+    counter = resolve(spec)
+    return counter, time.perf_counter() - started
+
+
+def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int, reserve: int = 2048,
+                 top: int = 10, progress: bool = False) -> list[dict[str, Any]]:
+    messages = from_openai_list(body["messages"])
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list", field="tools")
+    policy = Policy(window=window, reserve=min(reserve, window // 2))
+    specs = list(tokenizers) or [DEFAULT]
+    size = sum(m.size for m in messages)
+    out = []
+    with _progress(progress and size * len(specs) > 400_000, len(messages) * len(specs)) as advance:
+        for spec in specs:
+            counter, seconds = load_timed(spec)
+            result = profile(messages, counter=counter, tools=tools, policy=policy, load_seconds=seconds,
+                             progress=advance)
+            out.append(result.as_dict(top=top))
+    return out
+
+
+class _NoProgress:
+    def __enter__(self) -> Any:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    if not enabled:
+        return _NoProgress()
+    from contextlib import contextmanager
+
+    from rich.progress import Progress
+
+    @contextmanager
+    def bar() -> Any:
+        with Progress(transient=True) as p:
+            task = p.add_task("profiling", total=total)
+            yield lambda n: p.advance(task, n)
+
+    return bar()
+
+
+def profile_remote(target: str, session_id: str, *, tokenizers: Sequence[str], window: int
+                   ) -> list[dict[str, Any]]:
+    from budgeter.client import Client
+
+    with Client(target) as client:
+        return client.profile(session_id, tokenizers=tokenizers, window=window)
+
+
+def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    names = [p["tokenizer"] for p in profiles]
+    summary = Table(title="Session under each tokenizer")
+    for col in ("tokenizer", "tokens", "of window", "template overhead", "waste", "load s", "MB/s"):
+        summary.add_column(col, justify="right" if col != "tokenizer" else "left")
+    for p in profiles:
+        summary.add_row(p["tokenizer"], f"{p['tokens']:,}", f"{p['utilization']:.0%}",
+                        f"{p['composition']['template_overhead']:,}", f"{p['waste']['total']:,}",
+                        f"{p['load_seconds']:.2f}", f"{p['encode_mb_per_s']:.1f}")
+    console.print(summary)
+    comp = Table(title="Window composition (tokens)")
+    comp.add_column("part")
+    for n in names:
+        comp.add_column(n, justify="right")
+    for cat in CATEGORIES:
+        comp.add_row(cat, *(f"{p['composition'][cat]:,}" for p in profiles))
+    comp.add_row("total", *(f"{p['tokens']:,}" for p in profiles), style="bold")
+    console.print(comp)
+    kinds = Table(title="Content kinds: tokens (chars/token)")
+    kinds.add_column("kind")
+    for n in names:
+        kinds.add_column(n, justify="right")
+    for k in sorted({k for p in profiles for k in p["by_kind"]}):
+        kinds.add_row(k, *(f"{p['by_kind'][k]['tokens']:,} ({p['by_kind'][k]['chars_per_token']})"
+                           if k in p["by_kind"] else "" for p in profiles))
+    console.print(kinds)
+    first = profiles[0]
+    heavy = Table(title=f"Heaviest {top} messages ({first['tokenizer']})")
+    for col in ("#", "role", "tool", "kind", "tokens"):
+        heavy.add_column(col, justify="right" if col in ("#", "tokens") else "left")
+    for m in first["top"]:
+        heavy.add_row(str(m["index"]), m["role"], m["tool"], m["kind"], f"{m['tokens']:,}")
+    console.print(heavy)
+    waste = first["waste"]
+    console.print(f"Waste ({first['tokenizer']}): failed calls and results {waste['failed_calls_and_results']:,}, "
+                  f"stale snapshots {waste['stale_snapshots']:,}, truncated arguments "
+                  f"{waste['truncated_arguments']:,} tokens")
+    c = first["compaction"]
+    if "error" in c:
+        console.print(f"Compaction at {first['window']:,}: cannot fit: {c['error']}")
+    else:
+        steps = ", ".join(f"{s['step']} -{s['tokens_saved']:,}" for s in c["steps"] if s["tokens_saved"])
+        console.print(f"Compaction at {first['window']:,}: {c['tokens_before']:,} -> {c['tokens_after']:,} "
+                      f"tokens (budget {c['budget']:,}; {c['utilization']:.0%} of the window)"
+                      + (f": {steps}" if steps else ""))

@@ -1,0 +1,106 @@
+"""budgeter profile: the parts add up to the exact count; CLI, HTML in a real browser, RPC."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from budgeter.core.messages import from_openai_list
+from budgeter.core.profile import CATEGORIES, profile
+from budgeter.tokenizers import resolve
+from tests.bench.sessions import make_session
+from tests.service.agent import TOOLS, call, result
+
+
+def small_session() -> list[dict]:
+    return [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Fix app.py, 请"},
+            call("r1", "read_file", {"path": "app.py"}), result("r1", "def f():\n    return 1\n" * 40),
+            call("w1", "write_file", {"path": "", "content": "<!DOCTYPE html><html>" + "x" * 900}),
+            result("w1", "Error: path must not be empty"),
+            call("w2", "write_file", {"path": "app.py", "content": "def f():\n    return 2\n"}),
+            result("w2", "ok"),
+            {"role": "assistant", "content": "Done."}]
+
+
+@pytest.mark.parametrize("spec", ["qwen3.6", "qwen3"])
+def test_parts_add_up_to_the_exact_count(spec, request):
+    counter = resolve(request.getfixturevalue("qwen3_path") if spec == "qwen3" else spec)
+    messages = from_openai_list(small_session())
+    p = profile(messages, counter=counter, tools=TOOLS).as_dict()
+    full = len(counter.pieces.tokenizer.encode_full(counter.render(messages, TOOLS)))
+    assert p["tokens"] == full == sum(p["composition"][c] for c in CATEGORIES)
+    assert p["composition"]["tool_schemas"] > 100 and p["composition"]["template_overhead"] > 0
+    cats = [m["category"] for m in p["messages"]]
+    assert cats == ["system", "user", "assistant", "stale_snapshots", "assistant", "tool_failed",
+                    "assistant", "tool_ok", "assistant"]
+    assert set(p["by_tool"]) == {"read_file", "write_file"} and min(p["by_tool"].values()) > 0
+    assert p["by_tool"]["read_file"] == p["messages"][2]["tokens"] + p["messages"][3]["tokens"]
+    assert p["waste"]["stale_snapshots"] == p["messages"][3]["tokens"]
+    assert p["waste"]["failed_calls_and_results"] == p["messages"][4]["tokens"] + p["messages"][5]["tokens"]
+    assert p["messages"][4]["kind"] == "css/html" and p["messages"][3]["kind"] == "code"
+    assert p["top"][0]["index"] == 3
+    assert sum(p["template_overhead"]["per_message"]) > 0
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "budgeter", *args], input=stdin, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_json_with_two_tokenizers_on_a_jsonl_transcript(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in small_session()))
+    out = run("profile", str(path), "-t", "qwen3.6", "-t", "mistral-tekken", "--json", "--window", "4096")
+    assert out.returncode == 0, out.stderr
+    profiles = json.loads(out.stdout)
+    assert [p["tokenizer"] for p in profiles] == ["qwen3.6", "mistral-tekken"]
+    for p in profiles:
+        assert sum(p["composition"].values()) == p["tokens"] and p["encode_mb_per_s"] > 0
+        assert p["compaction"]["fits"]
+    bad = run("profile", "-", stdin="not json\nat all")
+    assert bad.returncode == 2 and "INVALID_JSON" in bad.stderr
+
+
+def test_html_report_renders_in_headless_chromium(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    Image = pytest.importorskip("PIL.Image")
+    body = tmp_path / "s.json"
+    body.write_text(json.dumps(make_session(1, chars=120_000)))
+    page = tmp_path / "r.html"
+    out = run("profile", str(body), "-t", "qwen3.6", "-t", "qwen2.5", "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    shot = tmp_path / "r.png"
+    browser = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--window-size=1000,1900", f"--screenshot={shot}", "--enable-logging=stderr", "--v=0",
+         f"file://{page}"], capture_output=True, text=True, timeout=120)
+    console = [line for line in browser.stderr.splitlines() if "CONSOLE" in line]
+    assert console == [], console
+    image = Image.open(shot).convert("RGB")
+    colors = {rgb for _, rgb in image.getcolors(maxcolors=1 << 24)}
+    for hex_color in ("#6f42c1", "#198754", "#fd7e14", "#ffc107"):  # composition bars rendered
+        rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in colors, hex_color
+
+
+def test_profile_session_rpc_matches_the_local_profile(client):
+    s = client.create_session(tools=TOOLS, window=4096, reserve=256)
+    s.append(small_session())
+    remote = client.profile(s.id, tokenizers=["qwen3.6", "mistral-tekken"])
+    local = profile(from_openai_list(small_session()), counter=resolve("qwen3.6"), tools=TOOLS).as_dict()
+    assert remote[0]["tokens"] == local["tokens"] and remote[0]["composition"] == local["composition"]
+    assert remote[0]["window"] == 4096 and remote[1]["tokenizer"] == "mistral-tekken"
+    from budgeter.client import ClientError
+
+    with pytest.raises(ClientError) as e:
+        client.profile(s.id, tokenizers=["nope"])
+    assert e.value.reason == "UNKNOWN_TOKENIZER"
