@@ -9,6 +9,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from budgeter.core.jsonargs import dumps_text
 from budgeter.errors import BudgeterError, InvalidInput
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -27,7 +28,7 @@ def read_body(path: str) -> dict[str, Any]:
         fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
     try:
         body = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         fail("INVALID_JSON", f"{path}: {exc}")
     if isinstance(body, list):
         body = {"messages": body}
@@ -88,8 +89,8 @@ def trim(
     if tools:
         out["tools"] = tools
     if payloads is not None:
-        payloads.write_text(json.dumps(result.payloads, ensure_ascii=False, indent=1), encoding="utf-8")
-    typer.echo(json.dumps(out, ensure_ascii=False, indent=1))
+        payloads.write_text(dumps_text(result.payloads, indent=1), encoding="utf-8")
+    typer.echo(dumps_text(out, indent=1))
 
 
 @app.command()
@@ -108,12 +109,12 @@ def read_json(path: str) -> Any:
         fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         fail("INVALID_JSON", f"{path}: {exc}")
 
 
 def emit(value: Any, *, ok: bool = True) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False, indent=1))
+    typer.echo(dumps_text(value, indent=1))
     if not ok:
         raise typer.Exit(1)
 
@@ -133,7 +134,7 @@ def validate(input: Annotated[str, typer.Argument(help=(
         fail("INVALID_INPUT", "expected {\"tool_call\": {\"function\": {\"name\", \"arguments\"}}}")
     arguments = fn.get("arguments", "")
     if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
+        arguments = dumps_text(arguments)
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         fail("INVALID_INPUT", "tools must be a list")
@@ -156,7 +157,7 @@ def suggest_path(
         fail("INPUT_UNREADABLE", f"{input}: {exc.strerror or exc}")
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     content = body["content"] if isinstance(body, dict) and isinstance(body.get("content"), str) else raw
     if not content:
@@ -200,10 +201,10 @@ def read_transcript(path: str) -> dict[str, Any]:
         fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             body = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             fail("INVALID_JSON", f"{path}: neither JSON nor JSONL: {exc}")
     if isinstance(body, list):
         body = {"messages": body}
@@ -244,7 +245,7 @@ def profile(
 
         html_out.write_text(render(profiles, source=source), encoding="utf-8")
     if as_json:
-        typer.echo(json.dumps(profiles if len(profiles) > 1 else profiles[0], ensure_ascii=False, indent=1))
+        typer.echo(dumps_text(profiles if len(profiles) > 1 else profiles[0], indent=1))
     else:
         show(profiles, top=top)
         if html_out is not None:

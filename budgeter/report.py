@@ -7,10 +7,10 @@ the heaviest messages labelled, and the effect of each compaction step.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from budgeter.core.jsonargs import dumps_text
 from budgeter.core.profile import CATEGORIES
 
 COLORS = {"system": "#6c757d", "tool_schemas": "#adb5bd", "user": "#0d6efd", "assistant": "#6f42c1",
@@ -144,7 +144,7 @@ def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
         "<h2>Notes</h2>" + "".join(f"<p class='note'>{esc(p['tokenizer'])}: {esc('; '.join(p['notes']))}</p>"
                                    for p in profiles),
     ]
-    data = json.dumps(profiles, ensure_ascii=False).replace("</", "<\\/")
+    data = dumps_text(profiles).replace("</", "<\\/")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>budgeter profile</title>"
             f"<style>{CSS}</style></head><body>{''.join(sections)}"
             f"<script type='application/json' id='profile-data'>{data}</script></body></html>")

@@ -4,7 +4,8 @@ A Hugging Face / tiktoken tokenizer matches added and special tokens before it p
 text between them, so the count of a rendered prompt is the sum, over the pieces between special
 tokens, of each piece's count, plus one per special token. ``PieceCounter`` caches piece counts
 keyed by piece text: a render of the whole prompt costs a Jinja render, a regex split and dict
-look-ups, and only pieces never seen before are tokenized. ``TemplateCounter`` is the
+look-ups, and only pieces never seen before are tokenized. A lone surrogate (from a ``"\\ud800"``
+escape in JSON) cannot reach a tokenizer as UTF-8; it is counted as U+FFFD. ``TemplateCounter`` is the
 ``PromptCounter`` for any ``ChatFormat`` + ``Tokenizer``: its ``count_prompt`` is exact by
 construction (it counts the full render), and ``message_cost`` caches each message rendered alone.
 """
@@ -15,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from budgeter.core.jsonargs import _SURROGATE
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
@@ -70,7 +72,8 @@ class PieceCounter:
         if len(self._cache) + len(texts) > self._max:
             for key in list(self._cache)[: len(self._cache) // 2]:
                 del self._cache[key]
-        for text, n in zip(texts, self.tokenizer.count_batch(texts), strict=True):
+        encodable = [_SURROGATE.sub("\ufffd", t) if _SURROGATE.search(t) else t for t in texts]
+        for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
             self._cache[text] = n
         self.chars_tokenized += sum(map(len, texts))
         self.pieces_tokenized += len(texts)

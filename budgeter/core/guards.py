@@ -98,8 +98,11 @@ def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {exc.message}")]
-    out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
-           for e in Draft202012Validator(schema).iter_errors(value)]
+    try:
+        out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
+               for e in Draft202012Validator(schema).iter_errors(value)]
+    except RecursionError:
+        return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
     props = schema.get("properties") or {}
     for key in schema.get("required") or ():
         declared = props.get(key) if isinstance(props, dict) else None
@@ -117,14 +120,17 @@ def _path(parts: Any) -> str:
 
 
 def string_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from string_leaves(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from string_leaves(v, f"{path}[{i}]")
+    """(dotted path, text) of every string in a parsed JSON value; iterative, so any depth that
+    ``json.loads`` accepted is walked without recursion."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            yield where, v
+        elif isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
 
 
 def failed_calls(history: Sequence[Message], facts: Sequence[Facts]) -> dict[FailureKey, tuple[int, str]]:

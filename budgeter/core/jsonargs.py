@@ -36,9 +36,23 @@ class ArgVerdict:
     detail: str = ""  # why TRUNCATED/INVALID
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """Lone surrogates (from a ``"\\ud800"`` escape) cannot be encoded as UTF-8; inside JSON text
+    they only occur in strings, where the ``\\uXXXX`` escape means the same value."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+
+
+def dumps_text(value: Any, **kw: Any) -> str:
+    """``json.dumps`` with ``ensure_ascii=False`` whose result is always encodable as UTF-8."""
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, **kw))
+
+
 def dumps(value: Any) -> str:
-    """Canonical serialization: compact, UTF-8 (no \\u escapes)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Canonical serialization: compact, UTF-8 (no \\u escapes but for lone surrogates)."""
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def loads_object(text: str) -> dict[str, Any] | None:

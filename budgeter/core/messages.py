@@ -160,6 +160,6 @@ def to_template(m: Message) -> dict[str, Any]:
     out = to_openai(m)
     for call in out.get("tool_calls", ()):
         fn = call["function"]
-        with contextlib.suppress(ValueError):  # unparseable text is rendered as given
+        with contextlib.suppress(ValueError, RecursionError):  # unparseable: rendered as given
             fn["arguments"] = json.loads(fn["arguments"])
     return out

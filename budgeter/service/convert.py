@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.engine import BuildResult
 from budgeter.core.guards import CallVerdict
+from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
@@ -75,7 +76,7 @@ class _Memo:
         if out is None:
             if len(self.json) >= self.limit:
                 self.json = {}
-            out = self.json[m] = json.dumps(to_openai(m), ensure_ascii=False)
+            out = self.json[m] = dumps_text(to_openai(m))
         return out
 
 
@@ -99,7 +100,7 @@ def tools_from_json(text: str) -> list[dict[str, Any]]:
         return []
     try:
         tools = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"tools_json is not JSON: {exc}", field="tools_json") from exc
     if not isinstance(tools, list):
         raise InvalidInput("tools_json must be a JSON array", field="tools_json")
@@ -141,7 +142,7 @@ def session_to_pb(info: SessionInfo) -> pb.Session:
     rec = info.record
     out = pb.Session(name=f"sessions/{info.id}", tokenizer=info.config.tokenizer,
                      policy=policy_to_pb(policy_to_dict(info.config.policy)),
-                     tools_json=json.dumps(list(info.config.tools), ensure_ascii=False),
+                     tools_json=dumps_text(list(info.config.tools)),
                      message_count=rec.version, etag=info.etag, create_time=_timestamp(rec.created))
     if rec.expires is not None:
         out.expire_time.CopyFrom(_timestamp(rec.expires))
@@ -171,7 +172,7 @@ def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> s
     """``{"messages": [...], "tools": [...]}`` as JSON, joined from memoized message texts."""
     out = '{"messages": [' + ", ".join(_memo.text(m) for m in messages) + "]"
     if tools:
-        out += ', "tools": ' + json.dumps(list(tools), ensure_ascii=False)
+        out += ', "tools": ' + dumps_text(list(tools))
     return out + "}"
 
 

@@ -18,6 +18,7 @@ from budgeter.core.guards import (
     rescue_path,
     validate_tool_call,
 )
+from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import ToolCall
 from budgeter.core.sniff import PathSuggestion, safe_path
 from budgeter.core.typing import JSONDict
@@ -30,7 +31,7 @@ class Guards:
         self.sessions = sessions
 
     def _record(self, session: str, event: dict[str, Any]) -> None:
-        self.sessions.store.add_event(session_id_of(session), json.dumps(event, ensure_ascii=False))
+        self.sessions.store.add_event(session_id_of(session), dumps_text(event))
 
     def validate(self, call: ToolCall, *, session: str = "", tools: Sequence[JSONDict] = (),
                  finish_reason: str | None = None) -> CallVerdict:

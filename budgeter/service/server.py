@@ -21,11 +21,11 @@ from grpc_reflection.v1alpha import reflection
 from budgeter.errors import BudgeterError
 from budgeter.service.metrics import Metrics
 from budgeter.service.profiles import Profiles
-from budgeter.service.servicer import BudgeterServicer
+from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.service.sessions import Limits, Sessions
 from budgeter.settings import Settings
 from budgeter.store import SessionStore, open_store
-from budgeter.v1 import budgeter_pb2, budgeter_pb2_grpc
+from budgeter.v1 import budgeter_pb2
 
 SERVICE = budgeter_pb2.DESCRIPTOR.services_by_name["BudgeterService"].full_name
 log = logging.getLogger("budgeter.service")
@@ -74,7 +74,7 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
                ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.max_workers),
                          options=options)
-    budgeter_pb2_grpc.add_BudgeterServiceServicer_to_server(BudgeterServicer(sessions, metrics), server)
+    server.add_generic_rpc_handlers((handlers(BudgeterServicer(sessions, metrics)),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

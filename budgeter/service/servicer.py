@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from budgeter.errors import StoreUnavailable
+from budgeter.core.jsonargs import dumps_text
+from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.service import convert as cv
 from budgeter.service.errors import code_for, to_status
 from budgeter.service.guards import Guards
@@ -22,6 +22,34 @@ from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 R = TypeVar("R")
 
 
+class Malformed:
+    """A request whose bytes do not parse as its message type (kept to answer INVALID_ARGUMENT
+    instead of grpc's own INTERNAL for a failed deserializer)."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.type_name = type_name
+        self.error = error
+
+
+def lenient(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except Exception as exc:  # DecodeError, invalid UTF-8 in a string field, ...
+            return Malformed(cls.DESCRIPTOR.full_name, exc)
+
+    return parse
+
+
+def handlers(servicer: BudgeterServicer) -> grpc.GenericRpcHandler:
+    """Method handlers for every RPC of the service, with lenient request parsing."""
+    service = pb.DESCRIPTOR.services_by_name["BudgeterService"]
+    table = {m.name: grpc.unary_unary_rpc_method_handler(
+        getattr(servicer, m.name), request_deserializer=lenient(getattr(pb, m.input_type.name)),
+        response_serializer=getattr(pb, m.output_type.name).SerializeToString) for m in service.methods}
+    return grpc.method_handlers_generic_handler(service.full_name, table)
+
+
 def rpc(method: Callable[..., R]) -> Callable[..., R]:
     """Times the call and turns every exception into a status with ErrorInfo."""
     name = method.__name__
@@ -31,6 +59,9 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
         start = time.perf_counter()
         code = grpc.StatusCode.OK
         try:
+            if isinstance(request, Malformed):
+                raise InvalidInput(f"the request is not a valid {request.type_name}: {request.error}",
+                                   reason="MALFORMED_REQUEST")
             return method(self, request, context)
         except Exception as exc:
             code = code_for(exc)
@@ -133,7 +164,7 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
     def ListSessionEvents(self, request: pb.ListSessionEventsRequest, context: Any
                           ) -> pb.ListSessionEventsResponse:
         return pb.ListSessionEventsResponse(events=[
-            pb.SessionEvent(kind=e.get("kind", ""), event_json=json.dumps(e, ensure_ascii=False))
+            pb.SessionEvent(kind=e.get("kind", ""), event_json=dumps_text(e))
             for e in self.guards.events(request.session)])
 
     @rpc
@@ -142,4 +173,4 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
                                         window=request.window, top=request.top)
         return pb.ProfileSessionResponse(reports=[
             pb.TokenizerReport(tokenizer=r["tokenizer"], tokens=r["tokens"],
-                               profile_json=json.dumps(r, ensure_ascii=False)) for r in reports])
+                               profile_json=dumps_text(r)) for r in reports])

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from budgeter.core.engine import BuildResult, Session
 from budgeter.core.facts import Facts, facts_of
+from budgeter.core.jsonargs import dumps_text, escape_surrogates
 from budgeter.core.messages import Message, from_openai, to_openai
 from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -54,9 +55,8 @@ class SessionConfig:
     tools: tuple[JSONDict, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({"tokenizer": self.tokenizer, "spec": self.spec,
-                           "policy": policy_to_dict(self.policy), "tools": list(self.tools)},
-                          ensure_ascii=False)
+        return dumps_text({"tokenizer": self.tokenizer, "spec": self.spec,
+                           "policy": policy_to_dict(self.policy), "tools": list(self.tools)})
 
     @classmethod
     def from_json(cls, text: str) -> SessionConfig:
@@ -204,13 +204,12 @@ class Sessions:
             for m in messages:
                 cost, pieces = counter.export_cost(m)
                 dicts.append(to_openai(m, extensions=True))
-                records.append(json.dumps({"m": dicts[-1], "t": cfg.spec, "n": cost, "p": pieces},
-                                          ensure_ascii=False))
+                records.append(dumps_text({"m": dicts[-1], "t": cfg.spec, "n": cost, "p": pieces}))
                 results.append([cost, *describe(facts_of(m, cfg.policy))])
         expected = parse_etag(etag, info.record.incarnation) if etag else None
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
-            fingerprint=fingerprint(dicts), result=json.dumps(results, ensure_ascii=False),
+            fingerprint=fingerprint(dicts), result=dumps_text(results),
             expected_version=expected)
         stored = json.loads(outcome.result)
         appended = tuple(Appended(outcome.first_index + i, cost, tuple(map(tuple, calls)), result)
@@ -227,7 +226,7 @@ class Sessions:
                                 f"{lim.max_messages_per_append}", reason="TOO_MANY_MESSAGES",
                                 field="messages", metadata={"limit": lim.max_messages_per_append})
         for i, m in enumerate(messages):
-            size = len(json.dumps(to_openai(m, extensions=True), ensure_ascii=False).encode())
+            size = len(dumps_text(to_openai(m, extensions=True)).encode())
             if size > lim.max_message_bytes:
                 raise LimitExceeded(f"messages[{i}] is {size} bytes; the limit is {lim.max_message_bytes}",
                                     reason="MESSAGE_TOO_LARGE", field=f"messages[{i}]",
@@ -241,7 +240,8 @@ class Sessions:
         live = self._sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
-            new = {h: t for h, t in result.payloads.items() if h not in live.stored_handles}
+            new = {h: escape_surrogates(t) for h, t in result.payloads.items()
+                   if h not in live.stored_handles}
             info = replace(live.info, record=replace(live.info.record, version=live.version))
         if new:
             self.store.put_payloads(sid, new)
@@ -404,7 +404,7 @@ def check_tools(tools: Any) -> list[JSONDict]:
 
 def fingerprint(messages: Sequence[JSONDict]) -> str:
     """Identifies an append's content, so a reused request_id with other messages is caught."""
-    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    text = dumps_text(messages, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
