@@ -267,6 +267,11 @@ def serve(
     metrics_port: Annotated[int | None, typer.Option(
         help="Prometheus /metrics port; 0 turns it off. [default: 9464]")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML file with any of these settings.")] = None,
+    auth_tokens_file: Annotated[Path | None, typer.Option(
+        help="Require bearer tokens: one 'TENANT TOKEN' pair per line.")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this certificate (PEM).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The certificate's private key (PEM).")] = None,
+    tls_client_ca: Annotated[Path | None, typer.Option(help="Require client certificates from this CA.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the gRPC service until SIGTERM or Ctrl-C. Settings also come from BUDGETER_* variables."""
@@ -280,8 +285,10 @@ def serve(
     try:
         settings = load_settings(config, host=host, port=port, store=store, data_dir=data_dir,
                                  tokenizers=tokenizer, default_tokenizer=default_tokenizer,
-                                 metrics_port=metrics_port)
-    except (ValidationError, ValueError) as exc:
+                                 metrics_port=metrics_port, auth_tokens_file=auth_tokens_file,
+                                 tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca)
+        settings.tokens()
+    except (ValidationError, ValueError, OSError) as exc:
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
     from budgeter.service.server import serve as run
 

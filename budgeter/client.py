@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -63,12 +64,22 @@ class Prompt:
 
 class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
-                 channel: grpc.Channel | None = None) -> None:
-        self.channel = channel or grpc.insecure_channel(
-            target, options=[("grpc.max_receive_message_length", 64 << 20),
-                             ("grpc.max_send_message_length", 64 << 20)])
+                 channel: grpc.Channel | None = None, token: str | None = None,
+                 tls_ca: str | Path | None = None, tls_cert: str | Path | None = None,
+                 tls_key: str | Path | None = None) -> None:
+        """``token``: bearer token of a server with authentication. ``tls_ca``: connect with TLS,
+        trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS)."""
+        options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+        if channel is None and tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=Path(tls_ca).read_bytes(),
+                private_key=Path(tls_key).read_bytes() if tls_key else None,
+                certificate_chain=Path(tls_cert).read_bytes() if tls_cert else None)
+            channel = grpc.secure_channel(target, creds, options=options)
+        self.channel = channel or grpc.insecure_channel(target, options=options)
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)
         self.timeout = timeout
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
 
     def __enter__(self) -> Client:
         return self
@@ -82,7 +93,7 @@ class Client:
     def _call(self, method: str, request: Any, *, retries: int = 0) -> Any:
         for attempt in range(retries + 1):
             try:
-                return getattr(self.stub, method)(request, timeout=self.timeout)
+                return getattr(self.stub, method)(request, timeout=self.timeout, metadata=self.metadata)
             except grpc.RpcError as err:
                 if err.code() not in RETRYABLE or attempt == retries:
                     raise ClientError(err) from None

@@ -56,9 +56,17 @@ class Settings(BaseSettings):
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     grace: float = Field(5.0, ge=0)
     """Seconds in-flight RPCs get on SIGTERM."""
+    auth_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Bearer token -> tenant. Empty: no authentication (bind to localhost or a private network)."""
+    auth_tokens_file: Path | None = None
+    """One ``TENANT TOKEN`` pair per line (``#`` comments); merged into ``auth_tokens``."""
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    """With it, clients must present a certificate signed by this CA (mutual TLS)."""
     config_file: Path | None = None
 
-    @field_validator("tokenizers", mode="before")
+    @field_validator("tokenizers", "auth_tokens", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:
         """Accept ``["NAME=SPEC", ...]`` (flags) and ``"A=x,B=y"`` (environment)."""
@@ -78,6 +86,20 @@ class Settings(BaseSettings):
     @classmethod
     def _names(cls, value: Any) -> Any:
         return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    def tokens(self) -> dict[str, str]:
+        """``auth_tokens`` plus the pairs of ``auth_tokens_file``."""
+        out = dict(self.auth_tokens)
+        if self.auth_tokens_file is not None:
+            for n, line in enumerate(self.auth_tokens_file.read_text().splitlines(), 1):
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                tenant, _, token = line.partition(" ")
+                if not token.strip():
+                    raise ValueError(f"{self.auth_tokens_file}:{n}: expected TENANT TOKEN")
+                out[token.strip()] = tenant
+        return out
 
     @property
     def store_url(self) -> str:

@@ -17,7 +17,7 @@ from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
-from budgeter.service.sessions import AppendResult, CountResult, SessionInfo
+from budgeter.service.sessions import AppendResult, CountResult, SessionInfo, external_id
 from budgeter.v1 import budgeter_pb2 as pb
 
 ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT: "assistant",
@@ -140,7 +140,7 @@ def _timestamp(seconds: float) -> Timestamp:
 
 def session_to_pb(info: SessionInfo) -> pb.Session:
     rec = info.record
-    out = pb.Session(name=f"sessions/{info.id}", tokenizer=info.config.tokenizer,
+    out = pb.Session(name=f"sessions/{external_id(info.id)}", tokenizer=info.config.tokenizer,
                      policy=policy_to_pb(policy_to_dict(info.config.policy)),
                      tools_json=dumps_text(list(info.config.tools)),
                      message_count=rec.version, etag=info.etag, create_time=_timestamp(rec.created))

@@ -2,12 +2,14 @@
 
 Every error carries ``google.rpc.ErrorInfo{reason, domain="budgeter", metadata}``; an
 INVALID_ARGUMENT also carries ``google.rpc.BadRequest`` naming the field. Anything that is not a
-``BudgeterError`` is INTERNAL with a generic message and a log line (no internals leak).
+``BudgeterError`` is INTERNAL with a generic message and a log line with the exception's type and
+stack only (no internals leak to the caller, no message bodies reach the log).
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 
 import grpc
 from google.protobuf import any_pb2
@@ -15,11 +17,13 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from budgeter import errors as e
+from budgeter.service.auth import Unauthenticated
 
 DOMAIN = "budgeter"
 log = logging.getLogger("budgeter.service")
 
 TABLE: tuple[tuple[type[e.BudgeterError], grpc.StatusCode], ...] = (
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (e.InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
     (e.NotFound, grpc.StatusCode.NOT_FOUND),
     (e.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
@@ -43,7 +47,7 @@ def to_status(exc: BaseException) -> grpc.Status:
     if isinstance(exc, e.BudgeterError):
         code, message, reason, metadata = code_for(exc), exc.message, exc.reason, exc.metadata
     else:
-        log.exception("internal error", exc_info=exc)
+        log_internal(exc)
         code, message, reason, metadata = (grpc.StatusCode.INTERNAL, "internal error", "INTERNAL", {})
     details = [_pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))]
     field = getattr(exc, "field", "")
@@ -52,6 +56,14 @@ def to_status(exc: BaseException) -> grpc.Status:
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     return rpc_status.to_status(status)
+
+
+def log_internal(exc: BaseException) -> None:
+    """Type and stack only: an exception's message can hold message bodies or arguments, and
+    logs never do."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(frames[-8:]))
+    log.error("internal error %s at %s", type(exc).__name__, where)
 
 
 def _pack(msg: object) -> any_pb2.Any:

@@ -18,7 +18,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from budgeter.errors import BudgeterError
+from budgeter.errors import BudgeterError, InvalidInput
+from budgeter.service.auth import Auth
 from budgeter.service.metrics import Metrics
 from budgeter.service.profiles import Profiles
 from budgeter.service.servicer import BudgeterServicer, handlers
@@ -74,14 +75,18 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
                ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.max_workers),
                          options=options)
-    server.add_generic_rpc_handlers((handlers(BudgeterServicer(sessions, metrics)),))
+    auth = Auth(settings.tokens())
+    server.add_generic_rpc_handlers((handlers(BudgeterServicer(sessions, metrics, auth)),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
     try:
-        port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        address = f"{settings.host}:{settings.port}"
+        credentials = _tls(settings)
+        port = (server.add_secure_port(address, credentials) if credentials
+                else server.add_insecure_port(address))
     except RuntimeError:
         port = 0
     if port == 0:
@@ -98,6 +103,19 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
     watcher = threading.Thread(target=_watch_store, args=(out,), daemon=True, name="store-health")
     watcher.start()
     return out
+
+
+def _tls(settings: Settings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert is None and settings.tls_key is None:
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise InvalidInput("TLS needs both tls_cert and tls_key", field="tls_cert")
+    try:
+        pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
+        ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read a TLS file: {exc}", field="tls_cert") from exc
+    return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
 
 def _store_options(settings: Settings) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,14 +13,16 @@ import grpc
 from budgeter.core.jsonargs import dumps_text
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.service import convert as cv
+from budgeter.service.auth import Auth
 from budgeter.service.errors import code_for, to_status
 from budgeter.service.guards import Guards
 from budgeter.service.metrics import Metrics
-from budgeter.service.sessions import Sessions
+from budgeter.service.sessions import TENANT, Sessions
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 
 R = TypeVar("R")
+access = logging.getLogger("budgeter.rpc")
 
 
 class Malformed:
@@ -58,26 +61,36 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
     def wrapper(self: BudgeterServicer, request: Any, context: grpc.ServicerContext) -> R:
         start = time.perf_counter()
         code = grpc.StatusCode.OK
+        scope = None
+        reason = ""
         try:
+            scope = TENANT.set(self.auth.tenant(context))
             if isinstance(request, Malformed):
                 raise InvalidInput(f"the request is not a valid {request.type_name}: {request.error}",
                                    reason="MALFORMED_REQUEST")
             return method(self, request, context)
         except Exception as exc:
             code = code_for(exc)
+            reason = getattr(exc, "reason", "INTERNAL")
             if isinstance(exc, StoreUnavailable):
                 self.metrics.store_errors.labels(self.sessions.store.name).inc()
             context.abort_with_status(to_status(exc))
             raise  # not reached: abort_with_status raises
         finally:
-            self.metrics.rpc_seconds.labels(name, code.name).observe(time.perf_counter() - start)
+            if scope is not None:
+                TENANT.reset(scope)
+            seconds = time.perf_counter() - start
+            self.metrics.rpc_seconds.labels(name, code.name).observe(seconds)
+            # method, status and reason only: never message bodies, arguments or error texts
+            access.debug("%s %s%s %.2f ms", name, code.name, f" {reason}" if reason else "", seconds * 1000)
 
     return wrapper
 
 
 class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
-    def __init__(self, sessions: Sessions, metrics: Metrics) -> None:
+    def __init__(self, sessions: Sessions, metrics: Metrics, auth: Auth | None = None) -> None:
         self.sessions = sessions
+        self.auth = auth or Auth()
         self.guards = Guards(sessions)
         self.metrics = metrics
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -126,9 +128,23 @@ def parse_etag(etag: str, incarnation: str) -> int:
     return int(version)
 
 
+TENANT: ContextVar[str] = ContextVar("budgeter_tenant", default="")
+"""The caller's tenant, set per RPC by the servicer when authentication is on; sessions are stored
+as ``<tenant>:<id>`` (``:`` never occurs in an id), so tenants never see each other's sessions."""
+
+
+def scoped(session_id: str) -> str:
+    tenant = TENANT.get()
+    return f"{tenant}:{session_id}" if tenant else session_id
+
+
+def external_id(stored_id: str) -> str:
+    return stored_id.split(":", 1)[1] if ":" in stored_id else stored_id
+
+
 def session_id_of(name: str) -> str:
-    """``sessions/{id}`` or a bare id."""
-    return check_session_id(name.removeprefix("sessions/"))
+    """``sessions/{id}`` or a bare id -> the stored id (scoped to the caller's tenant)."""
+    return scoped(check_session_id(name.removeprefix("sessions/")))
 
 
 class Sessions:
@@ -145,7 +161,7 @@ class Sessions:
 
     def create(self, *, session_id: str = "", tokenizer: str = "", policy: dict[str, Any] | None = None,
                tools: Sequence[JSONDict] = (), ttl: float | None = None) -> SessionInfo:
-        sid = check_session_id(session_id) if session_id else uuid.uuid4().hex
+        sid = scoped(check_session_id(session_id) if session_id else uuid.uuid4().hex)
         name = self.profiles.name(tokenizer)
         config = SessionConfig(name, self.profiles.spec(name), policy_from_dict(policy or {}),
                                tuple(check_tools(tools)))
@@ -168,11 +184,14 @@ class Sessions:
 
     def list_sessions(self, *, page_size: int = 0, page_token: str = "") -> tuple[list[SessionInfo], str]:
         size = 100 if page_size <= 0 else min(page_size, 1000)
+        prefix = scoped("")
         after = decode_token(page_token)
-        records = self.store.list_page(after=after, limit=size + 1)
+        records = self.store.list_page(after=scoped(after) if after else prefix, limit=size + 1)
+        if prefix:  # a tenant's ids are contiguous in id order
+            records = list(itertools.takewhile(lambda r: r.id.startswith(prefix), records))
         infos = [SessionInfo(r.id, SessionConfig.from_json(r.config), r) for r in records[:size]]
         more = len(records) > size
-        return infos, encode_token(infos[-1].id) if more and infos else ""
+        return infos, encode_token(external_id(infos[-1].id)) if more and infos else ""
 
     def delete(self, name: str) -> None:
         sid = session_id_of(name)
@@ -312,7 +331,8 @@ class Sessions:
             live = self._live.get(sid)
         if live is not None and not fresh:
             return live.info
-        return self.get(sid)
+        record = self.store.get(sid)
+        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
 
     def _forget(self, sid: str) -> None:
         with self._live_lock:
