@@ -66,9 +66,10 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
                  channel: grpc.Channel | None = None, token: str | None = None,
                  tls_ca: str | Path | None = None, tls_cert: str | Path | None = None,
-                 tls_key: str | Path | None = None) -> None:
+                 tls_key: str | Path | None = None, retries: int = 3) -> None:
         """``token``: bearer token of a server with authentication. ``tls_ca``: connect with TLS,
-        trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS)."""
+        trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS).
+        ``retries``: how often an append (same request_id) or a build is retried on UNAVAILABLE."""
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         if channel is None and tls_ca is not None:
             creds = grpc.ssl_channel_credentials(
@@ -79,6 +80,7 @@ class Client:
         self.channel = channel or grpc.insecure_channel(target, options=options)
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)
         self.timeout = timeout
+        self.retries = retries
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
 
     def __enter__(self) -> Client:
@@ -150,7 +152,7 @@ class Client:
         request = pb.AppendMessagesRequest(
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
             messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
-        response = self._call("AppendMessages", request, retries=3)
+        response = self._call("AppendMessages", request, retries=self.retries)
         return MessageToDict(response, preserving_proto_field_name=True,
                              always_print_fields_with_no_presence=True)
 
@@ -158,7 +160,7 @@ class Client:
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON)
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
-        r = self._call("BuildPrompt", request, retries=2)
+        r = self._call("BuildPrompt", request, retries=self.retries)
         body = json.loads(r.body_json)
         return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
                       r.extends_previous, r.prefix_changed_at,

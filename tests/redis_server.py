@@ -31,8 +31,9 @@ def free_port() -> int:
 class RedisServer:
     """Start, stop and restart a private redis-server (no persistence)."""
 
-    def __init__(self, binary: str, port: int | None = None) -> None:
+    def __init__(self, binary: str, port: int | None = None, *, aof: bool = False) -> None:
         self.binary = binary
+        self.aof = aof
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="budgeter-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -44,7 +45,8 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+             "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always",
+             "--dir", self.dir, "--daemonize", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -61,6 +63,13 @@ class RedisServer:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, only what AOF already holds survives."""
+        if self.proc is not None:
+            self.proc.kill()
             self.proc.wait(timeout=10)
             self.proc = None
 

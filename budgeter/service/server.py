@@ -7,9 +7,11 @@ in-flight calls finish for ``settings.grace`` seconds.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +53,9 @@ class Server:
         if self._stop.is_set():
             return
         self._stop.set()
-        self.health.enter_graceful_shutdown()
+        self.health.enter_graceful_shutdown()  # probes see NOT_SERVING while calls drain
+        if grace:
+            time.sleep(min(0.5, grace / 4))
         self.grpc_server.stop(grace).wait()
         for close in self._closers:
             close()
@@ -167,8 +171,10 @@ def serve(settings: Settings) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
     print(f"budgeter: serving on {settings.host}:{server.port} "
           f"(store {settings.store_url}, metrics {server.metrics_port or 'off'})", flush=True)
-    done.wait()
+    while not done.wait(0.25):  # a signal delivered to another thread does not wake a plain wait()
+        pass
     server.stop(settings.grace)
     print("budgeter: stopped", flush=True)

@@ -63,6 +63,10 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
         code = grpc.StatusCode.OK
         scope = None
         reason = ""
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:  # it waited in the queue past its deadline
+            self.metrics.rpc_seconds.labels(name, "DEADLINE_EXCEEDED").observe(0.0)
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the call started")
         try:
             scope = TENANT.set(self.auth.tenant(context))
             if isinstance(request, Malformed):
