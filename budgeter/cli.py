@@ -253,6 +253,29 @@ def profile(
 
 
 @app.command()
+def health(
+    target: Annotated[str, typer.Option(help="host:port of a budgeter server.")] = "127.0.0.1:50051",
+    service: Annotated[str, typer.Option(help="Service name to check; empty means the server.")] = "",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 3.0,
+) -> None:
+    """Standard gRPC health check (for container HEALTHCHECKs): exit 0 when SERVING, else 1."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        except grpc.RpcError as err:
+            typer.echo(f"budgeter: {err.code().name}: {err.details() or 'no answer'}", err=True)
+            raise typer.Exit(1) from None
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    typer.echo(status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        raise typer.Exit(1)
+
+
+@app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one. [default: 50051]")] = None,

@@ -1,0 +1,154 @@
+"""The compose topology with real local processes: redis-server (AOF) + N ``budgeter serve``
+replicas + nginx as the L7 gRPC balancer (deploy/nginx/grpc.conf with local upstreams).
+
+    python deploy/local_topology.py --replicas 2 [--keep]
+
+Starts everything on free ports, runs a smoke test through nginx (concurrent agents appending
+and building on shared sessions), prints the figures and stops everything (--keep waits for
+Ctrl-C instead). Needs redis-server and nginx on PATH (Debian: redis-server, nginx-light).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def nginx_config(upstreams: list[int], port: int, workdir: Path) -> str:
+    text = (HERE / "nginx" / "grpc.conf").read_text()
+    servers = "".join(f"    server 127.0.0.1:{p};\n" for p in upstreams)
+    text = text.replace("    server budgeter-1:50051;\n    server budgeter-2:50051;\n", servers)
+    text = text.replace("listen 50051", f"listen 127.0.0.1:{port}")
+    return text.replace("/tmp/budgeter-nginx", str(workdir / "nginx"))
+
+
+@contextlib.contextmanager
+def topology(replicas: int = 2) -> Iterator[dict]:
+    redis_bin, nginx_bin = shutil.which("redis-server"), shutil.which("nginx") or "/usr/sbin/nginx"
+    if not redis_bin or not Path(nginx_bin).exists():
+        raise SystemExit("needs redis-server and nginx on PATH")
+    work = Path(tempfile.mkdtemp(prefix="budgeter-topology-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        redis_port = free_port()
+        procs.append(subprocess.Popen([redis_bin, "--port", str(redis_port), "--bind", "127.0.0.1",
+                                       "--appendonly", "yes", "--save", "", "--dir", str(work)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(redis_port)
+        ports = [free_port() for _ in range(replicas)]
+        metrics = [free_port() for _ in range(replicas)]
+        env = {**os.environ, "BUDGETER_STORE": f"redis://127.0.0.1:{redis_port}/0"}
+        for port, mport in zip(ports, metrics, strict=True):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "budgeter", "serve", "--port", str(port), "--metrics-port", str(mport)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        lb_port = free_port()
+        conf = work / "grpc.conf"
+        conf.write_text(nginx_config(ports, lb_port, work))
+        subprocess.run([nginx_bin, "-t", "-c", str(conf)], check=True, capture_output=True)
+        procs.append(subprocess.Popen([nginx_bin, "-c", str(conf), "-g", "daemon off;"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in [*ports, lb_port]:
+            wait_port(port)
+        yield {"target": f"127.0.0.1:{lb_port}", "replicas": ports, "metrics": metrics,
+               "redis": f"redis://127.0.0.1:{redis_port}/0"}
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def smoke(target: str, agents: int = 8, turns: int = 10) -> dict:
+    sys.path.insert(0, str(HERE.parent))
+    from budgeter.client import Client
+
+    deadline = time.monotonic() + 90
+    with Client(target, timeout=5) as c:
+        while True:  # replicas may still be loading their tokenizer
+            try:
+                c.tokenizers()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    errors: list[BaseException] = []
+    latencies: list[float] = []
+
+    def agent(a: int) -> None:
+        try:
+            with Client(target, timeout=30) as c:
+                s = c.create_session(window=8192)
+                for t in range(turns):
+                    t0 = time.perf_counter()
+                    s.append([{"role": "user", "content": f"agent {a} turn {t} " + "words " * 50}])
+                    p = s.prompt()
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    assert p.tokens <= p.budget and len(p.messages) == t + 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(a,)) for a in range(agents)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    latencies.sort()
+    return {"turns": len(latencies), "seconds": time.perf_counter() - started,
+            "p50_ms": latencies[len(latencies) // 2], "max_ms": latencies[-1]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    with topology(args.replicas) as topo:
+        result = smoke(topo["target"])
+        print(f"nginx {topo['target']} -> {len(topo['replicas'])} replicas on {topo['redis']}: "
+              f"{result['turns']} turns (append + build) in {result['seconds']:.2f} s, "
+              f"p50 {result['p50_ms']:.1f} ms, max {result['max_ms']:.1f} ms")
+        if args.keep:
+            print("running; Ctrl-C stops everything")
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+
+
+if __name__ == "__main__":
+    main()

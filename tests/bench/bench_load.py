@@ -1,0 +1,170 @@
+"""Load: N concurrent agent sessions, turn by turn (append, then build), through gRPC.
+
+    python -m tests.bench.bench_load [--sessions 64] [--chars 60000] [--setups sqlite,redis1,redis2]
+    python -m tests.bench.bench_load --growth       # per-turn cost against history length
+
+Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
+a private redis-server with AOF (everysec). Reported: turns/s, p50/p99/max per RPC, server CPU
+per turn, Redis commands per turn, and memory per session (server RSS, Redis used_memory).
+``--growth`` compares, in-process, budgeter's per-turn cost with a naive counter that renders
+and tokenizes the whole history every turn, from 10K to 1M chars of history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from budgeter.client import Client
+from tests.bench.bench_service import turns
+from tests.bench.sessions import make_session
+from tests.redis_server import RedisServer, redis_binary
+from tests.service.procs import ServerProcess
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def redis_info(url: str) -> dict[str, int]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    info = client.info()
+    client.close()
+    return {"commands": int(info["total_commands_processed"]), "memory": int(info["used_memory"])}
+
+
+def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int) -> None:
+    redis_server = None
+    store_args: list[str] = []
+    tmp = tempfile.mkdtemp(prefix="budgeter-load-")
+    if name.startswith("redis"):
+        redis_server = RedisServer(redis_binary() or "redis-server", aof=True)
+        redis_server.start()
+        store_args = ["--store", redis_server.url]
+    else:
+        store_args = ["--data-dir", tmp]
+    replicas = [ServerProcess(*store_args).start() for _ in range(2 if name == "redis2" else 1)]
+    try:
+        clients = [Client(r.target, timeout=60) for r in replicas]
+        clients[0].create_session().append([{"role": "user", "content": "warm-up"}])
+        pids = [r.proc.pid for r in replicas]
+        cpu0, rss0 = [cpu_seconds(p) for p in pids], [rss_mb(p) for p in pids]
+        info0 = redis_info(redis_server.url) if redis_server else None
+        times: dict[str, list[float]] = {"append": [], "build": []}
+        lock = threading.Lock()
+
+        def agent(k: int) -> None:
+            client = clients[k % len(clients)]
+            session = client.create_session(tools=bodies[k]["tools"], window=window)
+            for turn in turns(bodies[k]["messages"]):
+                t0 = time.perf_counter()
+                session.append(turn)
+                t1 = time.perf_counter()
+                prompt = session.prompt()
+                t2 = time.perf_counter()
+                assert prompt.tokens <= prompt.budget
+                with lock:
+                    times["append"].append((t1 - t0) * 1000)
+                    times["build"].append((t2 - t1) * 1000)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(agent, range(len(bodies))))
+        seconds = time.perf_counter() - started
+        n = len(times["build"])
+        cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
+        rss = sum(rss_mb(p) - r for p, r in zip(pids, rss0, strict=True))
+        print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
+              f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s")
+        for k in ("append", "build"):
+            v = times[k]
+            print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
+                  f"max {max(v):7.2f} ms")
+        print(f"  server CPU {cpu / n * 1000:.2f} ms per turn; server RSS +{rss / len(bodies):.2f} MB "
+              f"per session")
+        if redis_server and info0:
+            info = redis_info(redis_server.url)
+            print(f"  redis: {(info['commands'] - info0['commands']) / n:.1f} commands per turn "
+                  f"(append + build), used_memory +{(info['memory'] - info0['memory']) / len(bodies) / 1024:.0f} "
+                  f"KB per session")
+        for c in clients:
+            c.close()
+    finally:
+        for r in replicas:
+            r.stop()
+        if redis_server:
+            redis_server.cleanup()
+
+
+def growth(points: list[int]) -> None:
+    from budgeter.core import Policy, Session
+    from budgeter.core.messages import from_openai_list
+    from budgeter.tokenizers import resolve
+
+    counter = resolve("qwen3.6")
+    tok = counter.pieces.tokenizer
+    print("history chars | budgeter append+build p50 | naive re-tokenize p50 | ratio")
+    for chars in points:
+        body = make_session(11, chars=chars)
+        session = Session(counter, policy=Policy(), tools=body["tools"])
+        ours, naive = [], []
+        history: list = []
+        for turn in turns(body["messages"]):
+            msgs = from_openai_list(turn)
+            history += msgs
+            t0 = time.perf_counter()
+            session.append(msgs)
+            session.build()
+            t1 = time.perf_counter()
+            tok.encode_full(counter.render(history, body["tools"]))
+            t2 = time.perf_counter()
+            ours.append((t1 - t0) * 1000)
+            naive.append((t2 - t1) * 1000)
+        tail = len(ours) // 2  # the later half: history at its longest
+        a, b = statistics.median(ours[tail:]), statistics.median(naive[tail:])
+        print(f"{chars:>13,} | {a:>22.2f} ms | {b:>18.2f} ms | {b / a:5.1f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--chars", type=int, default=60_000)
+    ap.add_argument("--window", type=int, default=32768)
+    ap.add_argument("--setups", default="sqlite,redis1,redis2")
+    ap.add_argument("--growth", action="store_true")
+    args = ap.parse_args()
+    if args.growth:
+        growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
+        return
+    bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
+    for name in args.setups.split(","):
+        run_setup(name, bodies, concurrency=args.concurrency, window=args.window)
+
+
+if __name__ == "__main__":
+    main()
