@@ -55,6 +55,8 @@ class Prompt:
     extends_previous: bool
     prefix_changed_at: int
     report: dict[str, Any]
+    appended: dict[str, Any] | None = None
+    """With ``prompt(append=...)``: the append's result, as ``append`` returns it."""
 
     @property
     def body(self) -> dict[str, Any]:
@@ -156,15 +158,22 @@ class Client:
         return MessageToDict(response, preserving_proto_field_name=True,
                              always_print_fields_with_no_presence=True)
 
-    def prompt(self, session_id: str, **overrides: Any) -> Prompt:
+    def prompt(self, session_id: str, *, append: Sequence[Mapping[str, Any]] = (),
+               request_id: str | None = None, **overrides: Any) -> Prompt:
+        """The prompt to send now. ``append``: messages to append first, in the same call."""
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON)
+        if append:
+            request.messages.extend(message_to_pb(from_openai(m, index=i)) for i, m in enumerate(append))
+            request.request_id = request_id or uuid.uuid4().hex
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
         r = self._call("BuildPrompt", request, retries=self.retries)
         body = json.loads(r.body_json)
+        appended = (MessageToDict(r.appended, preserving_proto_field_name=True,
+                                  always_print_fields_with_no_presence=True) if append else None)
         return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
                       r.extends_previous, r.prefix_changed_at,
-                      MessageToDict(r.report, preserving_proto_field_name=True))
+                      MessageToDict(r.report, preserving_proto_field_name=True), appended)
 
     def payload(self, session_id: str, handle: str) -> str:
         return self._call("GetPayload", pb.GetPayloadRequest(session=f"sessions/{session_id}",
@@ -237,8 +246,8 @@ class SessionHandle:
     def append(self, messages: Sequence[Mapping[str, Any]], **kw: Any) -> dict[str, Any]:
         return self.client.append(self.id, messages, **kw)
 
-    def prompt(self, **overrides: Any) -> Prompt:
-        return self.client.prompt(self.id, **overrides)
+    def prompt(self, **kw: Any) -> Prompt:
+        return self.client.prompt(self.id, **kw)
 
     def payload(self, handle: str) -> str:
         return self.client.payload(self.id, handle)

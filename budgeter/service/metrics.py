@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from budgeter.core.engine import BuildResult
 
@@ -24,6 +24,12 @@ class Metrics:
         self.store_errors = Counter(
             "budgeter_store_errors", "Store calls that failed (the store was unavailable).",
             ["store"], registry=self.registry)
+        self.store_round_trips = Gauge(
+            "budgeter_store_round_trips", "Requests sent to a networked store (a pipeline or a "
+            "script counts once); 0 for the embedded stores.", registry=self.registry)
+
+    def watch_store(self, store: object) -> None:
+        self.store_round_trips.set_function(lambda: float(getattr(store, "round_trips", 0)))
 
     def built(self, result: BuildResult) -> None:
         for step in result.steps:

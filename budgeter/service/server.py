@@ -74,6 +74,7 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
                     settings.max_sessions, settings.live_sessions)
     sessions = Sessions(store, profiles, limits=limits)
     metrics = Metrics()
+    metrics.watch_store(store)
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),
                ("grpc.max_send_message_length", settings.max_request_bytes),
                ("grpc.so_reuseport", 0)]

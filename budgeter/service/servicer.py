@@ -123,6 +123,7 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
 
     @rpc
     def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
+        self.sessions.check_sizes([m.ByteSize() for m in request.messages])  # before any parsing
         result = self.sessions.append(request.session, cv.messages_from_pb(request.messages),
                                       request_id=request.request_id, etag=request.etag)
         if not result.replayed:
@@ -133,9 +134,17 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
     @rpc
     def BuildPrompt(self, request: pb.BuildPromptRequest, context: Any) -> pb.BuildPromptResponse:
         overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
+        appended = None
+        if request.messages:
+            appended = self.AppendMessages.__wrapped__(  # type: ignore[attr-defined]
+                self, pb.AppendMessagesRequest(session=request.session, messages=request.messages,
+                                               request_id=request.request_id), context)
         result, info = self.sessions.build(request.session, overrides=overrides)
         self.metrics.built(result)
-        return cv.build_to_pb(result, info, request.view)
+        out = cv.build_to_pb(result, info, request.view)
+        if appended is not None:
+            out.appended.CopyFrom(appended)
+        return out
 
     @rpc
     def CountTokens(self, request: pb.CountTokensRequest, context: Any) -> pb.CountTokensResponse:

@@ -237,15 +237,18 @@ class Sessions:
                             outcome.version, outcome.replayed, cfg.tokenizer)
 
     def _check_limits(self, messages: Sequence[Message]) -> None:
+        self.check_sizes([len(dumps_text(to_openai(m, extensions=True)).encode()) for m in messages])
+
+    def check_sizes(self, sizes: Sequence[int]) -> None:
+        """The append limits, on sizes alone: callers check them before parsing anything."""
         lim = self.limits
-        if not messages:
+        if not sizes:
             raise InvalidInput("messages must not be empty", field="messages")
-        if len(messages) > lim.max_messages_per_append:
-            raise LimitExceeded(f"{len(messages)} messages in one append; the limit is "
+        if len(sizes) > lim.max_messages_per_append:
+            raise LimitExceeded(f"{len(sizes)} messages in one append; the limit is "
                                 f"{lim.max_messages_per_append}", reason="TOO_MANY_MESSAGES",
                                 field="messages", metadata={"limit": lim.max_messages_per_append})
-        for i, m in enumerate(messages):
-            size = len(dumps_text(to_openai(m, extensions=True)).encode())
+        for i, size in enumerate(sizes):
             if size > lim.max_message_bytes:
                 raise LimitExceeded(f"messages[{i}] is {size} bytes; the limit is {lim.max_message_bytes}",
                                     reason="MESSAGE_TOO_LARGE", field=f"messages[{i}]",

@@ -118,6 +118,8 @@ class RedisStore:
         self._event = client.register_script(ADD_EVENT)
         self._index = f"{prefix}:index"
         self._expiry = f"{prefix}:expiry"
+        self.round_trips = 0
+        """Requests sent to Redis (a pipeline or a script counts once); exported as a metric."""
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> RedisStore:
@@ -129,7 +131,8 @@ class RedisStore:
                 "events": f"{base}:events", "req": f"{base}:req"}
 
     @contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self, trips: int = 1) -> Iterator[None]:
+        self.round_trips += trips
         try:
             yield
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
@@ -156,7 +159,7 @@ class RedisStore:
 
     def create(self, record: SessionRecord) -> None:
         k = self.keys(record.id)
-        with self._guard():
+        with self._guard(trips=2):  # the script, then the index pipeline
             made = self._create(keys=[k["meta"], k["msgs"], k["pay"], k["events"]],
                                 args=[record.incarnation, record.config, repr(record.created),
                                       repr(record.ttl or 0)])
@@ -197,13 +200,13 @@ class RedisStore:
 
     def delete(self, session_id: str) -> None:
         k = self.keys(session_id)
-        with self._guard():
+        with self._guard(trips=2):
             if not self.client.delete(k["meta"], k["msgs"], k["pay"], k["events"]):
                 raise self._not_found(session_id)
             self._forget(session_id)
 
     def count(self) -> int:
-        with self._guard():
+        with self._guard(trips=2):
             expired = self.client.zrangebyscore(self._expiry, "-inf", now())
             if expired:
                 self._forget(*(i.decode() for i in expired))
@@ -221,6 +224,7 @@ class RedisStore:
             reply = self._append(keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]], args=args)
             status = reply[0].decode()
             if status == "OK" and float(reply[3]) > 0:
+                self.round_trips += 1
                 self.client.zadd(self._expiry, {session_id: now() + float(reply[3])})
         if status == "NOT_FOUND":
             raise self._not_found(session_id)

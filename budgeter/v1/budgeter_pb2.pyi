@@ -292,14 +292,18 @@ class PromptOverrides(_message.Message):
     def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ...) -> None: ...
 
 class BuildPromptRequest(_message.Message):
-    __slots__ = ("session", "overrides", "view")
+    __slots__ = ("session", "overrides", "view", "messages", "request_id")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     session: str
     overrides: PromptOverrides
     view: PromptView
-    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ..., view: _Optional[_Union[PromptView, str]] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    request_id: str
+    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ..., view: _Optional[_Union[PromptView, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CompactionAction(_message.Message):
     __slots__ = ("index", "action", "detail", "handle", "tokens_saved")
@@ -346,7 +350,7 @@ class BuildReport(_message.Message):
     def __init__(self, tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., fits: _Optional[bool] = ..., compacted: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepReport, _Mapping]]] = ..., handles: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BuildPromptResponse(_message.Message):
-    __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer")
+    __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer", "appended")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     BODY_JSON_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +360,7 @@ class BuildPromptResponse(_message.Message):
     REPORT_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     body_json: str
     tokens: int
@@ -365,7 +370,8 @@ class BuildPromptResponse(_message.Message):
     report: BuildReport
     etag: str
     tokenizer: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., body_json: _Optional[str] = ..., tokens: _Optional[int] = ..., budget: _Optional[int] = ..., extends_previous: _Optional[bool] = ..., prefix_changed_at: _Optional[int] = ..., report: _Optional[_Union[BuildReport, _Mapping]] = ..., etag: _Optional[str] = ..., tokenizer: _Optional[str] = ...) -> None: ...
+    appended: AppendMessagesResponse
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., body_json: _Optional[str] = ..., tokens: _Optional[int] = ..., budget: _Optional[int] = ..., extends_previous: _Optional[bool] = ..., prefix_changed_at: _Optional[int] = ..., report: _Optional[_Union[BuildReport, _Mapping]] = ..., etag: _Optional[str] = ..., tokenizer: _Optional[str] = ..., appended: _Optional[_Union[AppendMessagesResponse, _Mapping]] = ...) -> None: ...
 
 class CountTokensRequest(_message.Message):
     __slots__ = ("tokenizer", "messages", "text", "tools_json")

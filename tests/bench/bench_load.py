@@ -25,7 +25,7 @@ from typing import Any
 from budgeter.client import Client
 from tests.bench.bench_service import turns
 from tests.bench.sessions import make_session
-from tests.redis_server import RedisServer, redis_binary
+from tests.redis_server import RedisServer, free_port, redis_binary
 from tests.service.procs import ServerProcess
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -57,6 +57,14 @@ def redis_info(url: str) -> dict[str, int]:
     return {"commands": int(info["total_commands_processed"]), "memory": int(info["used_memory"])}
 
 
+def round_trips(metrics_port: int) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    return next(float(line.split()[-1]) for line in text.splitlines()
+                if line.startswith("budgeter_store_round_trips "))
+
+
 def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int) -> None:
     redis_server = None
     store_args: list[str] = []
@@ -67,13 +75,15 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         store_args = ["--store", redis_server.url]
     else:
         store_args = ["--data-dir", tmp]
-    replicas = [ServerProcess(*store_args).start() for _ in range(2 if name == "redis2" else 1)]
+    metrics_ports = [free_port() for _ in range(2 if name == "redis2" else 1)]
+    replicas = [ServerProcess(*store_args, "--metrics-port", str(m)).start() for m in metrics_ports]
     try:
         clients = [Client(r.target, timeout=60) for r in replicas]
         clients[0].create_session().append([{"role": "user", "content": "warm-up"}])
         pids = [r.proc.pid for r in replicas]
         cpu0, rss0 = [cpu_seconds(p) for p in pids], [rss_mb(p) for p in pids]
         info0 = redis_info(redis_server.url) if redis_server else None
+        trips0 = sum(round_trips(m) for m in metrics_ports)
         times: dict[str, list[float]] = {"append": [], "build": []}
         lock = threading.Lock()
 
@@ -108,7 +118,9 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
               f"per session")
         if redis_server and info0:
             info = redis_info(redis_server.url)
-            print(f"  redis: {(info['commands'] - info0['commands']) / n:.1f} commands per turn "
+            trips = sum(round_trips(m) for m in metrics_ports) - trips0
+            print(f"  redis: {trips / n:.2f} round trips and "
+                  f"{(info['commands'] - info0['commands']) / n:.1f} commands per turn "
                   f"(append + build), used_memory +{(info['memory'] - info0['memory']) / len(bodies) / 1024:.0f} "
                   f"KB per session")
         for c in clients:

@@ -295,3 +295,22 @@ def test_prompt_views(client, server):
     body = json.loads(full.body_json)
     assert messages_of(full) == body["messages"] and body["tools"] == TOOLS
     assert full.tokens == typed.tokens == text.tokens
+
+
+def test_append_and_build_in_one_call(client):
+    session = client.create_session(tools=TOOLS)
+    batch = [m for t in turns(2) for m in t]
+    prompt = session.prompt(append=batch, request_id="turn-1")
+    assert [m["content"] for m in prompt.messages][:2] == [batch[0]["content"], batch[1]["content"]]
+    assert len(prompt.appended["messages"]) == len(batch) and not prompt.appended["replayed"]
+    again = session.prompt(append=batch, request_id="turn-1")  # a retry: nothing appended twice
+    assert again.appended["replayed"] and again.messages == prompt.messages
+    assert client.get_session(session.id)["message_count"] == len(batch)
+    cut = session.prompt(append=[{"role": "assistant", "content": "", "finish_reason": "length",
+                                  "tool_calls": [{"id": "x", "type": "function", "function": {
+                                      "name": "write_file", "arguments": '{"path": "a", "content": "b'}}]}])
+    verdict = cut.appended["messages"][0]["tool_calls"][0]
+    assert verdict["status"] == "ARGUMENT_STATUS_TRUNCATED" and not verdict["runnable"]
+    with pytest.raises(ClientError) as e:
+        session.prompt(append=[{"role": "user", "content": "x" * 10}] * 5000)
+    assert e.value.reason == "TOO_MANY_MESSAGES"
