@@ -136,10 +136,13 @@ def growth(points: list[int]) -> None:
     from budgeter.core import Policy, Session
     from budgeter.core.messages import from_openai_list
     from budgeter.tokenizers import resolve
+    from tests.bench.bench_engine import langchain
 
     counter = resolve("qwen3.6")
     tok = counter.pieces.tokenizer
-    print("history chars | budgeter append+build p50 | naive re-tokenize p50 | ratio")
+    langchain(counter, make_session(0, chars=5_000), Policy(), last=1)  # imports and warm-up
+    print("history chars | budgeter append+build p50 | naive re-tokenize | LangChain approx (over budget) "
+          "| LangChain exact")
     for chars in points:
         body = make_session(11, chars=chars)
         session = Session(counter, policy=Policy(), tools=body["tools"])
@@ -158,7 +161,13 @@ def growth(points: list[int]) -> None:
             naive.append((t2 - t1) * 1000)
         tail = len(ours) // 2  # the later half: history at its longest
         a, b = statistics.median(ours[tail:]), statistics.median(naive[tail:])
-        print(f"{chars:>13,} | {a:>22.2f} ms | {b:>18.2f} ms | {b / a:5.1f}x")
+        lc = langchain(counter, body, Policy(), last=max(1, len(ours) - tail))
+        (approx_ms, approx_real), (exact_ms, _) = lc["approx"], lc["exact"]
+        over = sum(r > Policy().budget for r in approx_real)
+        la = statistics.median(approx_ms) if approx_ms else float("nan")
+        le = statistics.median(exact_ms) if exact_ms else float("nan")
+        print(f"{chars:>13,} | {a:>22.2f} ms | {b:>8.2f} ms ({b / a:4.1f}x) | {la:>8.2f} ms ({la / a:4.1f}x; "
+              f"{over}/{len(approx_real)}) | {le:>8.2f} ms ({le / a:4.1f}x)")
 
 
 def main() -> None:
