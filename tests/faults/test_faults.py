@@ -13,23 +13,11 @@ import time
 from collections import Counter
 
 import grpc
-import pytest
 
 from budgeter.client import Client, ClientError
 from budgeter.service.server import create_server
-from tests.redis_server import RedisServer, redis_binary
 from tests.service.conftest import settings
 from tests.service.procs import ServerProcess
-
-
-@pytest.fixture
-def aof_redis():
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary")
-    server = RedisServer(binary, aof=True).start()
-    yield server
-    server.cleanup()
 
 
 def batch(w: int, i: int) -> list[dict]:

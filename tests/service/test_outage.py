@@ -10,18 +10,6 @@ from budgeter.service.server import create_server
 from tests.service.conftest import settings
 
 
-@pytest.fixture
-def private_redis():
-    from tests.redis_server import RedisServer, redis_binary
-
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary")
-    server = RedisServer(binary).start()
-    yield server
-    server.cleanup()
-
-
 def test_redis_outage_and_recovery(private_redis):
     srv = create_server(settings(store=private_redis.url))
     try:

@@ -23,16 +23,6 @@ def test_every_key_of_a_session_shares_one_slot(redis_url):
     store.close()
 
 
-@pytest.fixture
-def private_redis():
-    from tests.redis_server import RedisServer, redis_binary
-
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary")
-    server = RedisServer(binary).start()
-    yield server
-    server.cleanup()
 
 
 def test_outage_gives_unavailable_and_recovers(private_redis):
