@@ -1,10 +1,7 @@
 """Sessions over a store: what every RPC does, with no protobuf in sight.
 
-Each replica keeps, per recently used session, the engine's state (``Live``): the history with its
-cached counts and the plan of the previous prompt, and the store version it has seen. A request
-first reads only the records past that version (one round trip), so a replica never re-reads or
-re-tokenizes history: each stored record carries its message's token count and piece counts
-under the tokenizer spec that made them, and a replica imports them instead of tokenizing.
+The engine state of recently used sessions lives in the ``Replica`` cache (``replica.py``); the
+plain values are in ``model.py`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -13,138 +10,44 @@ import base64
 import hashlib
 import itertools
 import json
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any
 
 from budgeter.core.engine import BuildResult, Session
 from budgeter.core.facts import Facts, facts_of
 from budgeter.core.jsonargs import dumps_text, escape_surrogates
-from budgeter.core.messages import Message, from_openai, to_openai
-from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
+from budgeter.core.messages import Message, to_openai
+from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import (
     EtagMismatch,
     InvalidInput,
     LimitExceeded,
     QuotaExceeded,
-    SessionNotFound,
+)
+from budgeter.service.model import (
+    TENANT,
+    Appended,
+    AppendResult,
+    CountResult,
+    Limits,
+    SessionConfig,
+    SessionInfo,
+    external_id,
+    make_etag,
+    parse_etag,
+    scoped,
+    session_id_of,
 )
 from budgeter.service.profiles import Profiles
+from budgeter.service.replica import Live, Replica
 from budgeter.store.base import SessionRecord, SessionStore, StaleIncarnation, check_session_id
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_message_bytes: int = 4 << 20
-    max_messages_per_append: int = 1000
-    max_sessions: int = 100_000
-    live_sessions: int = 512
-
-
-@dataclass(frozen=True, slots=True)
-class SessionConfig:
-    tokenizer: str
-    spec: str
-    policy: Policy
-    tools: tuple[JSONDict, ...] = ()
-
-    def to_json(self) -> str:
-        return dumps_text({"tokenizer": self.tokenizer, "spec": self.spec,
-                           "policy": policy_to_dict(self.policy), "tools": list(self.tools)})
-
-    @classmethod
-    def from_json(cls, text: str) -> SessionConfig:
-        raw = json.loads(text)
-        return cls(raw["tokenizer"], raw["spec"], policy_from_dict(raw["policy"]),
-                   tuple(raw["tools"]))
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    id: str
-    config: SessionConfig
-    record: SessionRecord
-
-    @property
-    def etag(self) -> str:
-        return make_etag(self.record.version, self.record.incarnation)
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    index: int
-    tokens: int
-    calls: tuple[tuple[str, str, str, str, str, str], ...]
-    """(id, name, argument status, detail, file operation, path) per tool call."""
-    result: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    messages: tuple[Appended, ...]
-    etag: str
-    message_count: int
-    replayed: bool
-    tokenizer: str
-
-
-@dataclass(frozen=True, slots=True)
-class CountResult:
-    tokens: int
-    message_tokens: tuple[int, ...]
-    tokenizer: str
-    notes: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class Live:
-    info: SessionInfo
-    engine: Session
-    version: int = 0
-    events_seen: int = 0
-    stored_handles: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def make_etag(version: int, incarnation: str) -> str:
-    return f"{version}.{incarnation[:12]}"
-
-
-def parse_etag(etag: str, incarnation: str) -> int:
-    version, _, inc = etag.partition(".")
-    if not version.isdigit() or not inc:
-        raise InvalidInput(f"malformed etag {etag!r}", field="etag")
-    if not incarnation.startswith(inc):
-        raise EtagMismatch("the etag belongs to an earlier session with this id",
-                           metadata={"etag": etag})
-    return int(version)
-
-
-TENANT: ContextVar[str] = ContextVar("budgeter_tenant", default="")
-"""The caller's tenant, set per RPC by the servicer when authentication is on; sessions are stored
-as ``<tenant>:<id>`` (``:`` never occurs in an id), so tenants never see each other's sessions."""
-
-
-def scoped(session_id: str) -> str:
-    tenant = TENANT.get()
-    return f"{tenant}:{session_id}" if tenant else session_id
-
-
-def external_id(stored_id: str) -> str:
-    return stored_id.split(":", 1)[1] if ":" in stored_id else stored_id
-
-
-def session_id_of(name: str) -> str:
-    """``sessions/{id}`` or a bare id -> the stored id (scoped to the caller's tenant)."""
-    return scoped(check_session_id(name.removeprefix("sessions/")))
+__all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "SessionConfig", "SessionInfo", "Sessions",
+           "external_id", "session_id_of"]
 
 
 class Sessions:
@@ -154,8 +57,7 @@ class Sessions:
         self.profiles = profiles
         self.limits = limits or Limits()
         self._clock = clock
-        self._live: OrderedDict[str, Live] = OrderedDict()
-        self._live_lock = threading.Lock()
+        self.replica = Replica(store, profiles, limit=self.limits.live_sessions)
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -196,8 +98,7 @@ class Sessions:
     def delete(self, name: str) -> None:
         sid = session_id_of(name)
         self.store.delete(sid)
-        with self._live_lock:
-            self._live.pop(sid, None)
+        self.replica.forget(sid)
 
     # -- history -------------------------------------------------------------------------------
 
@@ -206,11 +107,11 @@ class Sessions:
         sid = session_id_of(name)
         self._check_limits(messages)
         for attempt in range(2):
-            info = self._info(sid, fresh=attempt > 0)
+            info = self.replica.info(sid, fresh=attempt > 0)
             try:
                 return self._append(info, messages, request_id, etag)
             except StaleIncarnation:
-                self._forget(sid)
+                self.replica.forget(sid)
         raise EtagMismatch("the session was replaced while appending; retry",
                            metadata={"session": sid})
 
@@ -259,7 +160,7 @@ class Sessions:
     def build(self, name: str, *, overrides: dict[str, Any] | None = None
               ) -> tuple[BuildResult, SessionInfo]:
         sid = session_id_of(name)
-        live = self._sync(sid)
+        live = self.replica.sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
             new = {h: escape_surrogates(t) for h, t in result.payloads.items()
@@ -297,7 +198,7 @@ class Sessions:
                 ) -> list[dict[str, Any]]:
         from budgeter.core.profile import profile
 
-        live = self._sync(session_id_of(name))
+        live = self.replica.sync(session_id_of(name))
         cfg = live.info.config
         if window < 0 or top < 0:
             raise InvalidInput("window and top must not be negative", field="window")
@@ -323,94 +224,10 @@ class Sessions:
             raise InvalidInput("handle is required", field="handle")
         return self.store.get_payload(session_id_of(name), handle)
 
-    # -- replica state -------------------------------------------------------------------------
-
     def live(self, name: str) -> Live:
         """The session's engine state, caught up with the store (for the guard rails)."""
-        return self._sync(session_id_of(name))
+        return self.replica.sync(session_id_of(name))
 
-    def _info(self, sid: str, *, fresh: bool = False) -> SessionInfo:
-        with self._live_lock:
-            live = self._live.get(sid)
-        if live is not None and not fresh:
-            return live.info
-        record = self.store.get(sid)
-        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
-
-    def _forget(self, sid: str) -> None:
-        with self._live_lock:
-            self._live.pop(sid, None)
-
-    def _sync(self, sid: str) -> Live:
-        """The session's engine state, caught up with the store in one read."""
-        for _ in range(4):
-            with self._live_lock:
-                live = self._live.get(sid)
-                if live is not None:
-                    self._live.move_to_end(sid)
-            if live is None:
-                record, records = self.store.read(sid, since=0)
-                live = self._new_live(record)
-                with live.lock:
-                    self._catch_up(live, records)
-                    self._apply_events(live, record.events)
-                if self._keep(live) is live:
-                    return live
-                continue  # another request cached this session first: sync that one
-            with live.lock:
-                try:
-                    record, records = self.store.read(sid, since=live.version)
-                except SessionNotFound:
-                    self._forget(sid)
-                    raise
-                if record.incarnation == live.info.record.incarnation:
-                    self._catch_up(live, records)
-                    self._apply_events(live, record.events)
-                    return live
-            self._forget(sid)
-        raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
-
-    def _new_live(self, record: SessionRecord) -> Live:
-        config = SessionConfig.from_json(record.config)
-        info = SessionInfo(record.id, config, record)
-        counter = self.profiles.counter(config.tokenizer)
-        return Live(info, Session(counter, policy=config.policy, tools=config.tools))
-
-    def _keep(self, live: Live) -> Live:
-        with self._live_lock:
-            current = self._live.get(live.info.id)
-            if current is not None and current.info.record.incarnation == live.info.record.incarnation:
-                return current  # another thread won the race; use its state
-            self._live[live.info.id] = live
-            while len(self._live) > self.limits.live_sessions:
-                self._live.popitem(last=False)
-        return live
-
-    def _apply_events(self, live: Live, count: int) -> None:
-        """Events that change what the engine keeps (planned edits supersede snapshots)."""
-        if count <= live.events_seen:
-            return
-        for text in self.store.events(live.info.id, since=live.events_seen):
-            event = json.loads(text)
-            if event.get("kind") == "snapshot_superseded":
-                live.engine.supersede(event["path"], at=event["at"])
-        live.events_seen = count
-
-    def _catch_up(self, live: Live, records: Sequence[str]) -> None:
-        if not records:
-            return
-        cfg = live.info.config
-        counter = live.engine.counter
-        messages = []
-        with self.profiles.lock(cfg.tokenizer):
-            for text in records:
-                raw = json.loads(text)
-                m = from_openai(raw["m"])
-                if raw.get("t") == cfg.spec:
-                    counter.import_cost(m, raw["n"], raw.get("p") or ())
-                messages.append(m)
-            live.engine.append(messages)
-        live.version += len(records)
 
 
 def describe(facts: Facts) -> tuple[list[list[str]], str | None]:

@@ -1,0 +1,110 @@
+"""The service's plain values: session config and info, append and count results, limits, etags
+and tenant-scoped session ids. No protobuf here; ``convert.py`` maps these to messages."""
+
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from budgeter.core.jsonargs import dumps_text
+from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
+from budgeter.core.typing import JSONDict
+from budgeter.errors import EtagMismatch, InvalidInput
+from budgeter.store.base import SessionRecord, check_session_id
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_message_bytes: int = 4 << 20
+    max_messages_per_append: int = 1000
+    max_sessions: int = 100_000
+    live_sessions: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    tokenizer: str
+    spec: str
+    policy: Policy
+    tools: tuple[JSONDict, ...] = ()
+
+    def to_json(self) -> str:
+        return dumps_text({"tokenizer": self.tokenizer, "spec": self.spec,
+                           "policy": policy_to_dict(self.policy), "tools": list(self.tools)})
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionConfig:
+        raw = json.loads(text)
+        return cls(raw["tokenizer"], raw["spec"], policy_from_dict(raw["policy"]),
+                   tuple(raw["tools"]))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    id: str
+    config: SessionConfig
+    record: SessionRecord
+
+    @property
+    def etag(self) -> str:
+        return make_etag(self.record.version, self.record.incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    index: int
+    tokens: int
+    calls: tuple[tuple[str, str, str, str, str, str], ...]
+    """(id, name, argument status, detail, file operation, path) per tool call."""
+    result: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    messages: tuple[Appended, ...]
+    etag: str
+    message_count: int
+    replayed: bool
+    tokenizer: str
+
+
+@dataclass(frozen=True, slots=True)
+class CountResult:
+    tokens: int
+    message_tokens: tuple[int, ...]
+    tokenizer: str
+    notes: tuple[str, ...]
+
+
+def make_etag(version: int, incarnation: str) -> str:
+    return f"{version}.{incarnation[:12]}"
+
+
+def parse_etag(etag: str, incarnation: str) -> int:
+    version, _, inc = etag.partition(".")
+    if not version.isdigit() or not inc:
+        raise InvalidInput(f"malformed etag {etag!r}", field="etag")
+    if not incarnation.startswith(inc):
+        raise EtagMismatch("the etag belongs to an earlier session with this id",
+                           metadata={"etag": etag})
+    return int(version)
+
+
+TENANT: ContextVar[str] = ContextVar("budgeter_tenant", default="")
+"""The caller's tenant, set per RPC by the servicer when authentication is on; sessions are stored
+as ``<tenant>:<id>`` (``:`` never occurs in an id), so tenants never see each other's sessions."""
+
+
+def scoped(session_id: str) -> str:
+    tenant = TENANT.get()
+    return f"{tenant}:{session_id}" if tenant else session_id
+
+
+def external_id(stored_id: str) -> str:
+    return stored_id.split(":", 1)[1] if ":" in stored_id else stored_id
+
+
+def session_id_of(name: str) -> str:
+    """``sessions/{id}`` or a bare id -> the stored id (scoped to the caller's tenant)."""
+    return scoped(check_session_id(name.removeprefix("sessions/")))

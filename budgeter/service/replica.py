@@ -1,0 +1,125 @@
+"""A replica's cache of session engine state, kept in step with the store.
+
+Each replica keeps, per recently used session, the engine's state (``Live``): the history with its
+cached counts and the plan of the previous prompt, and the store version it has seen. A request
+first reads only the records past that version (one round trip), so a replica never re-reads or
+re-tokenizes history: each stored record carries its message's token count and piece counts
+under the tokenizer spec that made them, and a replica imports them instead of tokenizing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from budgeter.core.engine import Session
+from budgeter.core.messages import from_openai
+from budgeter.errors import EtagMismatch, SessionNotFound
+from budgeter.service.model import SessionConfig, SessionInfo
+from budgeter.service.profiles import Profiles
+from budgeter.store.base import SessionRecord, SessionStore
+
+
+@dataclass(slots=True)
+class Live:
+    info: SessionInfo
+    engine: Session
+    version: int = 0
+    events_seen: int = 0
+    stored_handles: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Replica:
+    def __init__(self, store: SessionStore, profiles: Profiles, *, limit: int = 512) -> None:
+        self.store = store
+        self.profiles = profiles
+        self.limit = limit
+        self._live: OrderedDict[str, Live] = OrderedDict()
+        self._live_lock = threading.Lock()
+
+    def info(self, sid: str, *, fresh: bool = False) -> SessionInfo:
+        with self._live_lock:
+            live = self._live.get(sid)
+        if live is not None and not fresh:
+            return live.info
+        record = self.store.get(sid)
+        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
+
+    def forget(self, sid: str) -> None:
+        with self._live_lock:
+            self._live.pop(sid, None)
+
+    def sync(self, sid: str) -> Live:
+        """The session's engine state, caught up with the store in one read."""
+        for _ in range(4):
+            with self._live_lock:
+                live = self._live.get(sid)
+                if live is not None:
+                    self._live.move_to_end(sid)
+            if live is None:
+                record, records = self.store.read(sid, since=0)
+                live = self._new_live(record)
+                with live.lock:
+                    self._catch_up(live, records)
+                    self._apply_events(live, record.events)
+                if self._keep(live) is live:
+                    return live
+                continue  # another request cached this session first: sync that one
+            with live.lock:
+                try:
+                    record, records = self.store.read(sid, since=live.version)
+                except SessionNotFound:
+                    self.forget(sid)
+                    raise
+                if record.incarnation == live.info.record.incarnation:
+                    self._catch_up(live, records)
+                    self._apply_events(live, record.events)
+                    return live
+            self.forget(sid)
+        raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
+
+    def _new_live(self, record: SessionRecord) -> Live:
+        config = SessionConfig.from_json(record.config)
+        info = SessionInfo(record.id, config, record)
+        counter = self.profiles.counter(config.tokenizer)
+        return Live(info, Session(counter, policy=config.policy, tools=config.tools))
+
+    def _keep(self, live: Live) -> Live:
+        with self._live_lock:
+            current = self._live.get(live.info.id)
+            if current is not None and current.info.record.incarnation == live.info.record.incarnation:
+                return current  # another thread won the race; use its state
+            self._live[live.info.id] = live
+            while len(self._live) > self.limit:
+                self._live.popitem(last=False)
+        return live
+
+    def _apply_events(self, live: Live, count: int) -> None:
+        """Events that change what the engine keeps (planned edits supersede snapshots)."""
+        if count <= live.events_seen:
+            return
+        for text in self.store.events(live.info.id, since=live.events_seen):
+            event = json.loads(text)
+            if event.get("kind") == "snapshot_superseded":
+                live.engine.supersede(event["path"], at=event["at"])
+        live.events_seen = count
+
+    def _catch_up(self, live: Live, records: Sequence[str]) -> None:
+        if not records:
+            return
+        cfg = live.info.config
+        counter = live.engine.counter
+        messages = []
+        with self.profiles.lock(cfg.tokenizer):
+            for text in records:
+                raw = json.loads(text)
+                m = from_openai(raw["m"])
+                if raw.get("t") == cfg.spec:
+                    counter.import_cost(m, raw["n"], raw.get("p") or ())
+                messages.append(m)
+            live.engine.append(messages)
+        live.version += len(records)
