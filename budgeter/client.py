@@ -10,20 +10,23 @@
         session.append([reply.choices[0].message.model_dump(exclude_none=True)])
         ...
 
-Errors come back as ``ClientError`` with the server's ``code``, ``reason`` and ``metadata``.
+``AsyncClient`` has the same methods as coroutines (grpc.aio). Errors come back as
+``ClientError`` with the server's ``code``, ``reason`` and ``metadata``.
 Appends carry a fresh ``request_id`` and are retried with it when the server is briefly
 unavailable, so a retry never duplicates history.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -64,6 +67,21 @@ class Prompt:
         return {"messages": self.messages, **({"tools": self.tools} if self.tools else {})}
 
 
+T = TypeVar("T")
+Op = Generator[tuple[str, Any, int], Any, T]
+"""An operation: yields (method, request, retries) for each RPC, receives the response, and
+returns the result. ``Client`` runs operations with blocking calls, ``AsyncClient`` with awaits,
+so both share one definition of every method."""
+
+
+def operation(fn: Callable[..., Op[Any]]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def method(self: Client, *args: Any, **kw: Any) -> Any:
+        return self._run(fn(self, *args, **kw))
+
+    return method
+
+
 class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
                  channel: grpc.Channel | None = None, token: str | None = None,
@@ -73,17 +91,23 @@ class Client:
         trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS).
         ``retries``: how often an append (same request_id) or a build is retried on UNAVAILABLE."""
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
-        if channel is None and tls_ca is not None:
+        creds = None
+        if tls_ca is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=Path(tls_ca).read_bytes(),
                 private_key=Path(tls_key).read_bytes() if tls_key else None,
                 certificate_chain=Path(tls_cert).read_bytes() if tls_cert else None)
-            channel = grpc.secure_channel(target, creds, options=options)
-        self.channel = channel or grpc.insecure_channel(target, options=options)
+        self.channel = channel or self._open(target, options, creds)
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)
         self.timeout = timeout
         self.retries = retries
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    @staticmethod
+    def _open(target: str, options: list[tuple[str, int]], creds: grpc.ChannelCredentials | None) -> Any:
+        if creds is not None:
+            return grpc.secure_channel(target, creds, options=options)
+        return grpc.insecure_channel(target, options=options)
 
     def __enter__(self) -> Client:
         return self
@@ -94,7 +118,21 @@ class Client:
     def close(self) -> None:
         self.channel.close()
 
-    def _call(self, method: str, request: Any, *, retries: int = 0) -> Any:
+    @staticmethod
+    def _rpc(method: str, request: Any, *, retries: int = 0) -> Op[Any]:
+        """One RPC inside an operation: the runner performs it and sends back the response."""
+        return (yield (method, request, retries))
+
+    def _run(self, op: Op[T]) -> T:
+        """Drive an operation with blocking calls (``AsyncClient`` drives it with awaits)."""
+        try:
+            call = next(op)
+            while True:
+                call = op.send(self._call(*call))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _call(self, method: str, request: Any, retries: int = 0) -> Any:
         for attempt in range(retries + 1):
             try:
                 return getattr(self.stub, method)(request, timeout=self.timeout, metadata=self.metadata)
@@ -106,10 +144,11 @@ class Client:
 
     # -- sessions ------------------------------------------------------------------------------
 
+    @operation
     def create_session(self, *, session_id: str = "", tokenizer: str = "",
                        tools: Sequence[Mapping[str, Any]] = (), ttl: float | None = None,
                        file_tools: Mapping[str, Iterable[str]] | None = None,
-                       **policy: Any) -> SessionHandle:
+                       **policy: Any) -> Op[SessionHandle]:
         """``policy``: window, reserve, low_water, protect_tail_turns, keep_latest_failure,
         shrink_min_chars, shrink_keep_chars. ``file_tools``: {"reads": [...], "writes": [...],
         "edits": [...]} tool names."""
@@ -122,44 +161,52 @@ class Client:
                 edits=list(file_tools.get("edits", ()))))
         if ttl is not None:
             request.ttl.FromNanoseconds(int(ttl * 1e9))
-        session = self._call("CreateSession", request).session
+        session = (yield from self._rpc("CreateSession", request)).session
         return SessionHandle(self, session.name.removeprefix("sessions/"))
 
     def session(self, session_id: str) -> SessionHandle:
         return SessionHandle(self, session_id)
 
-    def get_session(self, session_id: str) -> dict[str, Any]:
-        s = self._call("GetSession", pb.GetSessionRequest(name=f"sessions/{session_id}")).session
+    @operation
+    def get_session(self, session_id: str) -> Op[dict[str, Any]]:
+        s = (yield from self._rpc("GetSession", pb.GetSessionRequest(name=f"sessions/{session_id}"))).session
         out = MessageToDict(s, preserving_proto_field_name=True,
                             always_print_fields_with_no_presence=True)
         out["message_count"] = int(out["message_count"])
         return out
 
-    def list_sessions(self, *, page_size: int = 100) -> Iterable[str]:
+    @operation
+    def list_sessions(self, *, page_size: int = 100) -> Op[list[str]]:
+        """Every session id, page by page."""
+        ids: list[str] = []
         token = ""
         while True:
-            page = self._call("ListSessions", pb.ListSessionsRequest(page_size=page_size, page_token=token))
-            yield from (s.name.removeprefix("sessions/") for s in page.sessions)
+            page = yield from self._rpc("ListSessions",
+                                        pb.ListSessionsRequest(page_size=page_size, page_token=token))
+            ids += [s.name.removeprefix("sessions/") for s in page.sessions]
             token = page.next_page_token
             if not token:
-                return
+                return ids
 
-    def delete_session(self, session_id: str) -> None:
-        self._call("DeleteSession", pb.DeleteSessionRequest(name=f"sessions/{session_id}"))
+    @operation
+    def delete_session(self, session_id: str) -> Op[None]:
+        yield from self._rpc("DeleteSession", pb.DeleteSessionRequest(name=f"sessions/{session_id}"))
 
     # -- history and prompts -------------------------------------------------------------------
 
+    @operation
     def append(self, session_id: str, messages: Sequence[Mapping[str, Any]], *,
-               request_id: str | None = None, etag: str = "") -> dict[str, Any]:
+               request_id: str | None = None, etag: str = "") -> Op[dict[str, Any]]:
         request = pb.AppendMessagesRequest(
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
             messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
-        response = self._call("AppendMessages", request, retries=self.retries)
+        response = (yield from self._rpc("AppendMessages", request, retries=self.retries))
         return MessageToDict(response, preserving_proto_field_name=True,
                              always_print_fields_with_no_presence=True)
 
+    @operation
     def prompt(self, session_id: str, *, append: Sequence[Mapping[str, Any]] = (),
-               request_id: str | None = None, **overrides: Any) -> Prompt:
+               request_id: str | None = None, **overrides: Any) -> Op[Prompt]:
         """The prompt to send now. ``append``: messages to append first, in the same call."""
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON)
         if append:
@@ -167,7 +214,7 @@ class Client:
             request.request_id = request_id or uuid.uuid4().hex
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
-        r = self._call("BuildPrompt", request, retries=self.retries)
+        r = (yield from self._rpc("BuildPrompt", request, retries=self.retries))
         body = json.loads(r.body_json)
         appended = (MessageToDict(r.appended, preserving_proto_field_name=True,
                                   always_print_fields_with_no_presence=True) if append else None)
@@ -175,22 +222,25 @@ class Client:
                       r.extends_previous, r.prefix_changed_at,
                       MessageToDict(r.report, preserving_proto_field_name=True), appended)
 
-    def payload(self, session_id: str, handle: str) -> str:
-        return self._call("GetPayload", pb.GetPayloadRequest(session=f"sessions/{session_id}",
-                                                             handle=handle)).content
+    @operation
+    def payload(self, session_id: str, handle: str) -> Op[str]:
+        return (yield from self._rpc("GetPayload", pb.GetPayloadRequest(session=f"sessions/{session_id}",
+                                                             handle=handle))).content
 
+    @operation
     def count_tokens(self, messages: Sequence[Mapping[str, Any]] = (), *, text: str = "",
-                     tokenizer: str = "", tools: Sequence[Mapping[str, Any]] = ()) -> int:
+                     tokenizer: str = "", tools: Sequence[Mapping[str, Any]] = ()) -> Op[int]:
         request = pb.CountTokensRequest(
             tokenizer=tokenizer, text=text, tools_json=json.dumps(list(tools)) if tools else "",
             messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
-        return int(self._call("CountTokens", request).tokens)
+        return int((yield from self._rpc("CountTokens", request)).tokens)
 
     # -- guard rails ---------------------------------------------------------------------------
 
+    @operation
     def validate_tool_call(self, tool_call: Mapping[str, Any], *, session_id: str = "",
                            tools: Sequence[Mapping[str, Any]] = (), finish_reason: str = ""
-                           ) -> dict[str, Any]:
+                           ) -> Op[dict[str, Any]]:
         """``tool_call``: an OpenAI tool call ({"id", "function": {"name", "arguments"}})."""
         fn = tool_call.get("function", tool_call)
         request = pb.ValidateToolCallRequest(
@@ -198,48 +248,99 @@ class Client:
             tools_json=json.dumps(list(tools), ensure_ascii=False) if tools else "",
             tool_call=pb.ToolCall(id=str(tool_call.get("id", "")), name=str(fn.get("name", "")),
                                   arguments=str(fn.get("arguments", ""))))
-        out = MessageToDict(self._call("ValidateToolCall", request), preserving_proto_field_name=True,
+        out = MessageToDict((yield from self._rpc("ValidateToolCall", request)), preserving_proto_field_name=True,
                             always_print_fields_with_no_presence=True)
         if "repeat_of_index" in out:
             out["repeat_of_index"] = int(out["repeat_of_index"])
         return out
 
-    def suggest_path(self, content: str, *, session_id: str = "", tool: str = "") -> dict[str, Any]:
+    @operation
+    def suggest_path(self, content: str, *, session_id: str = "", tool: str = "") -> Op[dict[str, Any]]:
         request = pb.SuggestPathRequest(session=f"sessions/{session_id}" if session_id else "",
                                         content=content, tool=tool)
-        return MessageToDict(self._call("SuggestPath", request), preserving_proto_field_name=True)
+        return MessageToDict((yield from self._rpc("SuggestPath", request)), preserving_proto_field_name=True)
 
+    @operation
     def plan_edits(self, edits: Sequence[Mapping[str, Any]], *, snapshot: str = "",
-                   snapshot_handle: str = "", session_id: str = "", path: str = "") -> dict[str, Any]:
+                   snapshot_handle: str = "", session_id: str = "", path: str = "") -> Op[dict[str, Any]]:
         """``edits``: [{"start_line", "end_line", "body", "expected_old"?}]."""
         request = pb.PlanEditsRequest(
             session=f"sessions/{session_id}" if session_id else "", snapshot=snapshot,
             snapshot_handle=snapshot_handle, path=path,
             edits=[pb.LineEdit(**{k: e[k] for k in ("start_line", "end_line", "body", "expected_old")
                                   if k in e}) for e in edits])
-        return MessageToDict(self._call("PlanEdits", request), preserving_proto_field_name=True,
+        return MessageToDict((yield from self._rpc("PlanEdits", request)), preserving_proto_field_name=True,
                              always_print_fields_with_no_presence=True)
 
+    @operation
     def profile(self, session_id: str, *, tokenizers: Sequence[str] = (), window: int = 0,
-                top: int = 10) -> list[dict[str, Any]]:
+                top: int = 10) -> Op[list[dict[str, Any]]]:
         """The ``budgeter profile --json`` figures of a stored session, one dict per tokenizer."""
         request = pb.ProfileSessionRequest(session=f"sessions/{session_id}", tokenizers=list(tokenizers),
                                            window=window, top=top)
-        return [json.loads(r.profile_json) for r in self._call("ProfileSession", request).reports]
+        return [json.loads(r.profile_json) for r in (yield from self._rpc("ProfileSession", request)).reports]
 
-    def events(self, session_id: str) -> list[dict[str, Any]]:
-        r = self._call("ListSessionEvents", pb.ListSessionEventsRequest(session=f"sessions/{session_id}"))
+    @operation
+    def events(self, session_id: str) -> Op[list[dict[str, Any]]]:
+        r = (yield from self._rpc("ListSessionEvents", pb.ListSessionEventsRequest(session=f"sessions/{session_id}")))
         return [json.loads(e.event_json) for e in r.events]
 
-    def tokenizers(self) -> list[dict[str, Any]]:
-        r = self._call("ListTokenizers", pb.ListTokenizersRequest())
+    @operation
+    def tokenizers(self) -> Op[list[dict[str, Any]]]:
+        r = (yield from self._rpc("ListTokenizers", pb.ListTokenizersRequest()))
         return [MessageToDict(t, preserving_proto_field_name=True) for t in r.tokenizers]
+
+
+class AsyncClient(Client):
+    """``Client`` for asyncio (grpc.aio): the same methods and arguments, as coroutines.
+
+        async with AsyncClient("127.0.0.1:50051") as client:
+            session = await client.create_session(tools=TOOLS)
+            prompt = await session.prompt(append=[{"role": "user", "content": task}])
+    """
+
+    @staticmethod
+    def _open(target: str, options: list[tuple[str, int]], creds: grpc.ChannelCredentials | None) -> Any:
+        if creds is not None:
+            return grpc.aio.secure_channel(target, creds, options=options)
+        return grpc.aio.insecure_channel(target, options=options)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:  # type: ignore[override]
+        await self.channel.close()
+
+    def _run(self, op: Op[T]) -> Any:
+        async def drive() -> T:
+            try:
+                call = next(op)
+                while True:
+                    call = op.send(await self._acall(*call))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+        return drive()
+
+    async def _acall(self, method: str, request: Any, retries: int = 0) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return await getattr(self.stub, method)(request, timeout=self.timeout, metadata=self.metadata)
+            except grpc.RpcError as err:
+                if err.code() not in RETRYABLE or attempt == retries:
+                    raise ClientError(err) from None
+                await asyncio.sleep(0.1 * 2 ** attempt)
+        raise AssertionError("unreachable")
 
 
 class SessionHandle:
     """One session: ``append`` dicts, get the ``prompt`` to send."""
 
     def __init__(self, client: Client, session_id: str) -> None:
+        """With an ``AsyncClient``, every method returns a coroutine."""
         self.client = client
         self.id = session_id
 
