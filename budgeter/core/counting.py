@@ -136,7 +136,9 @@ class TemplateCounter:
         return self.message_cost(message), self.pieces.piece_counts(text) if text is not None else []
 
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
-        self._costs.setdefault(message, int(cost))
+        if message in self._costs:  # counted here already (this replica appended it): nothing to learn
+            return
+        self._costs[message] = int(cost)
         text = self._isolated_text(message) if counts else None
         if text is not None:
             self.pieces.seed(text, counts)

@@ -46,6 +46,10 @@ class SessionInfo:
     config: SessionConfig
     record: SessionRecord
 
+    @classmethod
+    def of(cls, record: SessionRecord) -> SessionInfo:
+        return cls(record.id, SessionConfig.from_json(record.config), record)
+
     @property
     def etag(self) -> str:
         return make_etag(self.record.version, self.record.incarnation)

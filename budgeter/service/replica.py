@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from budgeter.core.engine import Session
 from budgeter.core.messages import from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
-from budgeter.service.model import SessionConfig, SessionInfo
+from budgeter.service.model import SessionInfo
 from budgeter.service.profiles import Profiles
 from budgeter.store.base import SessionRecord, SessionStore
 
@@ -46,8 +46,7 @@ class Replica:
             live = self._live.get(sid)
         if live is not None and not fresh:
             return live.info
-        record = self.store.get(sid)
-        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
+        return SessionInfo.of(self.store.get(sid))
 
     def forget(self, sid: str) -> None:
         with self._live_lock:
@@ -83,8 +82,8 @@ class Replica:
         raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
 
     def _new_live(self, record: SessionRecord) -> Live:
-        config = SessionConfig.from_json(record.config)
-        info = SessionInfo(record.id, config, record)
+        info = SessionInfo.of(record)
+        config = info.config
         counter = self.profiles.counter(config.tokenizer)
         return Live(info, Session(counter, policy=config.policy, tools=config.tools))
 

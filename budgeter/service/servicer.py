@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -121,24 +121,25 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         self.sessions.delete(request.name)
         return pb.DeleteSessionResponse()
 
-    @rpc
-    def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
-        self.sessions.check_sizes([m.ByteSize() for m in request.messages])  # before any parsing
-        result = self.sessions.append(request.session, cv.messages_from_pb(request.messages),
-                                      request_id=request.request_id, etag=request.etag)
+    def _append(self, session: str, messages: Sequence[pb.Message], request_id: str,
+                etag: str = "") -> pb.AppendMessagesResponse:
+        """AppendMessages, also run by BuildPrompt when its request carries messages."""
+        self.sessions.check_sizes([m.ByteSize() for m in messages])  # before any parsing
+        result = self.sessions.append(session, cv.messages_from_pb(messages), request_id=request_id, etag=etag)
         if not result.replayed:
             self.metrics.tokens_counted.labels(result.tokenizer).inc(
                 sum(m.tokens for m in result.messages))
         return cv.append_to_pb(result)
 
     @rpc
+    def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
+        return self._append(request.session, request.messages, request.request_id, request.etag)
+
+    @rpc
     def BuildPrompt(self, request: pb.BuildPromptRequest, context: Any) -> pb.BuildPromptResponse:
         overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
-        appended = None
-        if request.messages:
-            appended = self.AppendMessages.__wrapped__(  # type: ignore[attr-defined]
-                self, pb.AppendMessagesRequest(session=request.session, messages=request.messages,
-                                               request_id=request.request_id), context)
+        appended = (self._append(request.session, request.messages, request.request_id)
+                    if request.messages else None)
         result, info = self.sessions.build(request.session, overrides=overrides)
         self.metrics.built(result)
         out = cv.build_to_pb(result, info, request.view)

@@ -81,8 +81,7 @@ class Sessions:
 
     def get(self, name: str) -> SessionInfo:
         sid = session_id_of(name)
-        record = self.store.get(sid)
-        return SessionInfo(sid, SessionConfig.from_json(record.config), record)
+        return SessionInfo.of(self.store.get(sid))
 
     def list_sessions(self, *, page_size: int = 0, page_token: str = "") -> tuple[list[SessionInfo], str]:
         size = 100 if page_size <= 0 else min(page_size, 1000)
@@ -91,7 +90,7 @@ class Sessions:
         records = self.store.list_page(after=scoped(after) if after else prefix, limit=size + 1)
         if prefix:  # a tenant's ids are contiguous in id order
             records = list(itertools.takewhile(lambda r: r.id.startswith(prefix), records))
-        infos = [SessionInfo(r.id, SessionConfig.from_json(r.config), r) for r in records[:size]]
+        infos = [SessionInfo.of(r) for r in records[:size]]
         more = len(records) > size
         return infos, encode_token(external_id(infos[-1].id)) if more and infos else ""
 
@@ -105,40 +104,39 @@ class Sessions:
     def append(self, name: str, messages: Sequence[Message], *, request_id: str = "",
                etag: str = "") -> AppendResult:
         sid = session_id_of(name)
-        self._check_limits(messages)
+        texts = [dumps_text(to_openai(m, extensions=True)) for m in messages]  # serialized once
+        self.check_sizes([len(t.encode()) for t in texts])
         for attempt in range(2):
             info = self.replica.info(sid, fresh=attempt > 0)
             try:
-                return self._append(info, messages, request_id, etag)
+                return self._append(info, messages, texts, request_id, etag)
             except StaleIncarnation:
                 self.replica.forget(sid)
         raise EtagMismatch("the session was replaced while appending; retry",
                            metadata={"session": sid})
 
-    def _append(self, info: SessionInfo, messages: Sequence[Message], request_id: str,
-                etag: str) -> AppendResult:
+    def _append(self, info: SessionInfo, messages: Sequence[Message], texts: Sequence[str],
+                request_id: str, etag: str) -> AppendResult:
+        """``texts``: each message as stored JSON; the record wraps it with its counts."""
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
-        records, results, dicts = [], [], []
+        records, results = [], []
+        spec = dumps_text(cfg.spec)
         with self.profiles.lock(cfg.tokenizer):
-            for m in messages:
+            for m, text in zip(messages, texts, strict=True):
                 cost, pieces = counter.export_cost(m)
-                dicts.append(to_openai(m, extensions=True))
-                records.append(dumps_text({"m": dicts[-1], "t": cfg.spec, "n": cost, "p": pieces}))
+                records.append(f'{{"m": {text}, "t": {spec}, "n": {cost}, "p": {dumps_text(pieces)}}}')
                 results.append([cost, *describe(facts_of(m, cfg.policy))])
         expected = parse_etag(etag, info.record.incarnation) if etag else None
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
-            fingerprint=fingerprint(dicts), result=dumps_text(results),
+            fingerprint=fingerprint(texts), result=dumps_text(results),
             expected_version=expected)
         stored = json.loads(outcome.result)
         appended = tuple(Appended(outcome.first_index + i, cost, tuple(map(tuple, calls)), result)
                          for i, (cost, calls, result) in enumerate(stored))
         return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
                             outcome.version, outcome.replayed, cfg.tokenizer)
-
-    def _check_limits(self, messages: Sequence[Message]) -> None:
-        self.check_sizes([len(dumps_text(to_openai(m, extensions=True)).encode()) for m in messages])
 
     def check_sizes(self, sizes: Sequence[int]) -> None:
         """The append limits, on sizes alone: callers check them before parsing anything."""
@@ -242,10 +240,14 @@ def check_tools(tools: Any) -> list[JSONDict]:
     return list(tools)
 
 
-def fingerprint(messages: Sequence[JSONDict]) -> str:
-    """Identifies an append's content, so a reused request_id with other messages is caught."""
-    text = dumps_text(messages, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def fingerprint(texts: Sequence[str]) -> str:
+    """Identifies an append's content (its messages as stored JSON, whose key order is fixed),
+    so a reused request_id with other messages is caught."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\n")  # JSON text never holds a raw newline
+    return digest.hexdigest()[:32]
 
 
 def encode_token(last_id: str) -> str:
