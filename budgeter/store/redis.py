@@ -175,6 +175,8 @@ class RedisStore:
         return self.read(session_id, since=-1)[0]
 
     def list_page(self, *, after: str, limit: int) -> list[SessionRecord]:
+        """Ids from the index, then every session row of the batch in one pipelined round trip;
+        ids whose session has expired are dropped from the index."""
         out: list[SessionRecord] = []
         with self._guard():
             while len(out) < limit:
@@ -182,15 +184,19 @@ class RedisStore:
                 ids = [i.decode() for i in self.client.zrangebylex(self._index, low, "+", 0, limit)]
                 if not ids:
                     break
+                pipe = self.client.pipeline(transaction=False)
                 for sid in ids:
-                    try:
-                        out.append(self.get(sid))
-                    except SessionNotFound:
-                        self._forget(sid)
-                    if len(out) == limit:
-                        break
+                    pipe.hgetall(self.keys(sid)["meta"])
+                    pipe.pttl(self.keys(sid)["meta"])
+                self.round_trips += 2
+                replies = pipe.execute()
+                gone = [sid for sid, meta in zip(ids, replies[0::2], strict=True) if not meta]
+                if gone:
+                    self._forget(*gone)
+                out += [self._record(sid, meta, pttl)
+                        for sid, meta, pttl in zip(ids, replies[0::2], replies[1::2], strict=True) if meta]
                 after = ids[-1]
-        return out
+        return out[:limit]
 
     def _forget(self, *ids: str) -> None:
         pipe = self.client.pipeline(transaction=False)
