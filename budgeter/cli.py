@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -14,6 +15,20 @@ from budgeter.errors import BudgeterError, InvalidInput
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact, failure-aware context-window management for LLM agents.")
+
+
+def show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"budgeter {version('budgeter')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[bool, typer.Option(
+        "--version", callback=show_version, is_eager=True, help="Print the version and exit.")] = False) -> None:
+    """Exact, failure-aware context-window management for LLM agents."""
 
 
 def fail(reason: str, message: str) -> NoReturn:
@@ -64,14 +79,20 @@ def trim(
     shrink_min_chars: Annotated[int, typer.Option(help="Shrink texts longer than this outside the tail.")] = 2000,
     shrink_keep_chars: Annotated[int, typer.Option(help="Characters a shrunk text keeps.")] = 600,
     keep_latest_failure: Annotated[bool, typer.Option(help="Keep the latest failure's error verbatim.")] = True,
+    report_out: Annotated[str | None, typer.Option("--report", help=(
+        "Write the compaction report (JSON) to this file; - for stderr."))] = None,
 ) -> None:
-    """Compact a request body so it fits WINDOW - RESERVE tokens by the exact count."""
+    """Compact a request body so it fits WINDOW - RESERVE tokens by the exact count.
+
+    The output is the request body with its messages compacted; every other field (model,
+    temperature, tools, ...) is kept as given, so it can be posted as is."""
     from budgeter.core import trim as run_trim
     from budgeter.core.messages import from_openai_list
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
     body = read_body(input)
+    check_reserve(window, reserve)
     try:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
@@ -85,13 +106,28 @@ def trim(
         result = run_trim(from_openai_list(body["messages"]), counter=counter, tools=tools, policy=policy)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
-    report = {"tokenizer": counter.name, **result.report()}
-    out: dict[str, Any] = {"messages": result.openai_messages(), "report": report}
-    if tools:
-        out["tools"] = tools
     if payloads is not None:
         payloads.write_text(dumps_text(result.payloads, indent=1), encoding="utf-8")
-    typer.echo(dumps_text(out, indent=1))
+    if report_out is not None:
+        write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
+    typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))
+
+
+def check_reserve(window: int, reserve: int) -> None:
+    if window < 1 or not 0 <= reserve < window:
+        fail("INVALID_INPUT", f"--reserve {reserve}{' (the default)' if reserve == 2048 else ''} must be "
+             f">= 0 and smaller than --window {window}; pass a smaller --reserve or a larger --window")
+
+
+def write_out(path: str, text: str) -> None:
+    """Text to a file, or to standard error for ``-``."""
+    if path == "-":
+        typer.echo(text, err=True, nl=False)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail("OUTPUT_UNWRITABLE", f"{path}: {exc.strerror or exc}")
 
 
 @app.command()
@@ -125,11 +161,15 @@ def validate(input: Annotated[str, typer.Argument(help=(
     from budgeter.core.messages import ToolCall
 
     body = read_json(input)
+    if isinstance(body, dict) and "tool_call" not in body and ("function" in body or "name" in body):
+        body = {"tool_call": body}  # a bare tool call, as the model returned it
     call = body.get("tool_call") if isinstance(body, dict) else None
     fn = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
             or not fn["name"]:
-        fail("INVALID_INPUT", "expected {\"tool_call\": {\"function\": {\"name\", \"arguments\"}}}")
+        fail("INVALID_INPUT", f"{input}: got {describe(body)}; expected a tool call "
+             '{"id", "type": "function", "function": {"name", "arguments"}}, or '
+             '{"tool_call": {...}, "tools": [...], "finish_reason": ...}')
     arguments = fn.get("arguments", "")
     if not isinstance(arguments, str):
         arguments = dumps_text(arguments)
@@ -139,6 +179,16 @@ def validate(input: Annotated[str, typer.Argument(help=(
     verdict = validate_tool_call(ToolCall(str(call.get("id", "")), fn["name"], arguments), tools,
                                  finish_reason=body.get("finish_reason"))
     emit(verdict.as_dict(), ok=verdict.runnable)
+
+
+def describe(value: Any) -> str:
+    """What a JSON value is, for error messages: its type, and the keys of an object."""
+    if isinstance(value, dict):
+        inner = value.get("tool_call")
+        if isinstance(inner, dict):
+            return f"a tool_call with keys {sorted(inner)}" if inner else "an empty tool_call"
+        return f"an object with keys {sorted(value)}" if value else "an empty object"
+    return {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
 
 
 @app.command("suggest-path")
@@ -165,9 +215,11 @@ def suggest_path(
 def plan_edits_cmd(
     input: Annotated[str, typer.Argument(help=(
         'JSON {"snapshot": "...", "edits": [{"start_line", "end_line", "body", "expected_old"?}]}.'))],
-    output: Annotated[Path | None, typer.Option(help="Write the new text here.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        help="Write the new text here, only when every edit applied.")] = None,
 ) -> None:
-    """Apply line edits queued against one snapshot, bottom-up. Exit 1 unless every edit applied."""
+    """Apply line edits queued against one snapshot, bottom-up. Exit 1 unless every edit applied
+    (then --output is left untouched)."""
     from budgeter.core.edits import Edit, plan_edits, strip_line_numbers
 
     body = read_json(input)
@@ -181,8 +233,8 @@ def plan_edits_cmd(
         fail("INVALID_INPUT", "expected a snapshot string and a non-empty list of edits with "
              "start_line, end_line and body")
     plan = plan_edits(strip_line_numbers(snapshot), edits)
-    if output is not None:
-        output.write_text(plan.text, encoding="utf-8")
+    if output is not None and plan.ok:
+        write_out(str(output), plan.text)
     emit({"ok": plan.ok, "order": list(plan.order), "text": plan.text,
           "edits": [{"index": r.index, "status": r.status, "message": r.message, "shift": r.shift}
                     for r in plan.results]}, ok=plan.ok)
@@ -269,24 +321,32 @@ def health(
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one. [default: 50051]")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.", show_default="127.0.0.1")] = None,
+    port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one.", show_default="50051")] = None,
     store: Annotated[str | None, typer.Option(help=(
-        "memory://, sqlite:///PATH or redis://HOST:PORT/DB (redis+cluster:// for a Cluster). "
-        "[default: SQLite at DATA_DIR/budgeter.db]"))] = None,
+        "memory://, sqlite:///PATH or redis://HOST:PORT/DB (redis+cluster:// for a Cluster)."),
+        show_default="SQLite at DATA_DIR/budgeter.db")] = None,
     data_dir: Annotated[Path | None, typer.Option(
-        help="Where the embedded store lives. [default: ~/.local/share/budgeter]")] = None,
+        help="Where the embedded store lives.", show_default="$XDG_DATA_HOME/budgeter or "
+        "~/.local/share/budgeter")] = None,
     tokenizer: Annotated[list[str] | None, typer.Option("--tokenizer", "-t", help=(
-        "Extra tokenizer profile NAME=SPEC (repeatable); the built-ins are always offered."))] = None,
-    default_tokenizer: Annotated[str | None, typer.Option(help="Profile used when a request names none.")] = None,
+        "Extra tokenizer profile NAME=SPEC (repeatable); the built-ins are always offered."),
+        show_default="none")] = None,
+    default_tokenizer: Annotated[str | None, typer.Option(
+        help="Profile used when a request names none.", show_default="qwen3.6")] = None,
     metrics_port: Annotated[int | None, typer.Option(
-        help="Prometheus /metrics port; 0 turns it off. [default: 9464]")] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML file with any of these settings.")] = None,
+        help="Prometheus /metrics port; 0 turns it off.", show_default="9464")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML file with any of these settings.",
+                                                show_default="none")] = None,
     auth_tokens_file: Annotated[Path | None, typer.Option(
-        help="Require bearer tokens: one 'TENANT TOKEN' pair per line.")] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this certificate (PEM).")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="The certificate's private key (PEM).")] = None,
-    tls_client_ca: Annotated[Path | None, typer.Option(help="Require client certificates from this CA.")] = None,
+        help="Require bearer tokens: one 'TENANT TOKEN' pair per line.",
+        show_default="none: no authentication")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve TLS with this certificate (PEM).",
+                                                  show_default="none: plain text")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The certificate's private key (PEM).",
+                                                 show_default="none")] = None,
+    tls_client_ca: Annotated[Path | None, typer.Option(help="Require client certificates from this CA.",
+                                                       show_default="none")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the gRPC service until SIGTERM or Ctrl-C. Settings also come from BUDGETER_* variables."""
@@ -314,4 +374,7 @@ def serve(
 
 
 def main() -> None:
+    # transformers says "PyTorch was not found" on import; budgeter never needs PyTorch, and the
+    # line would land in every command's output (and break the progress bar).
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     app()

@@ -22,24 +22,84 @@ def body_file(tmp_path_factory):
 def _check(out, budget):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    report = result["report"]
+    report = json.loads(out.stderr)
     assert report["tokens_after"] <= budget < report["tokens_before"]
     for m in result["messages"]:
         for c in m.get("tool_calls", ()):
             json.loads(c["function"]["arguments"])
-    return result
+    return result, report
 
 
 def test_trim_with_default_tokenizer(body_file, tmp_path):
     out = run("trim", str(body_file), "--window", "16384", "--reserve", "1024",
-              "--payloads", str(tmp_path / "p.json"))
-    result = _check(out, 15360)
+              "--payloads", str(tmp_path / "p.json"), "--report", "-")
+    _, report = _check(out, 15360)
     payloads = json.loads((tmp_path / "p.json").read_text())
-    assert set(result["report"]["handles"]) == set(payloads)
+    assert set(report["handles"]) == set(payloads)
 
 
 def test_trim_with_shared_qwen3(body_file, qwen3_path):
-    _check(run("trim", str(body_file), "--tokenizer", qwen3_path), 30720)
+    _check(run("trim", str(body_file), "--tokenizer", qwen3_path, "--report", "-"), 30720)
+
+
+def test_trim_output_is_the_request_with_compacted_messages(body_file, tmp_path):
+    """Every field trim did not change is kept, so the output can be posted as is; the report
+    goes to --report FILE only."""
+    body = {**json.loads(body_file.read_text()), "model": "local", "temperature": 0.2, "stream": True,
+            "tool_choice": "auto", "max_tokens": 512}
+    src = tmp_path / "request.json"
+    src.write_text(json.dumps(body))
+    out = run("trim", str(src), "--window", "16384", "--reserve", "1024", "--report", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result) == set(body) and "report" not in result
+    assert {k: v for k, v in result.items() if k != "messages"} == {k: v for k, v in body.items() if k != "messages"}
+    assert len(result["messages"]) <= len(body["messages"])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["tokens_after"] <= 15360 < report["tokens_before"] and report["tokenizer"] == "qwen3.6"
+
+
+def test_errors_say_what_was_given_and_what_to_do():
+    out = run("trim", "-", "--window", "100", stdin='{"messages": [{"role": "user", "content": "x"}]}')
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--reserve 2048 (the default)" in out.stderr and "--window 100" in out.stderr
+    bare = {"id": "a", "type": "function", "function": {"name": "write_file", "arguments": '{"path": "a"}'}}
+    out = run("validate", "-", stdin=json.dumps(bare))  # a bare tool call, as the model sent it
+    assert out.returncode == 0 and json.loads(out.stdout)["status"] == "VALID"
+    comma = {**bare, "function": {"name": "write_file", "arguments": '{"path": "a", "content": "b",}'}}
+    out = run("validate", "-", stdin=json.dumps(comma))
+    detail = json.loads(out.stdout)["detail"]
+    assert out.returncode == 1 and "trailing comma" in detail and "character 29" in detail
+    out = run("validate", "-", stdin='{"call": {"name": "x"}}')
+    assert out.returncode == 2 and "keys ['call']" in out.stderr and '"function"' in out.stderr
+
+
+def test_no_pytorch_advice_and_a_version():
+    from importlib.metadata import version
+
+    out = run("tokenizers")
+    assert out.returncode == 0 and "qwen3.6" in out.stdout
+    out = run("trim", "-", stdin='{"messages": [{"role": "user", "content": "x"}]}')
+    assert out.returncode == 0 and out.stderr == "", out.stderr  # transformers was imported: no advice
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"budgeter {version('budgeter')}"
+
+
+def test_serve_help_shows_the_defaults():
+    import os
+
+    from budgeter.settings import Settings
+
+    out = subprocess.run([sys.executable, "-m", "budgeter", "serve", "--help"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    defaults = Settings.model_fields
+    for flag, field in (("--host", "host"), ("--port", "port"), ("--metrics-port", "metrics_port"),
+                        ("--default-tokenizer", "default_tokenizer")):
+        line = next(ln for ln in out.stdout.splitlines() if f"{flag} " in ln)
+        assert f"[default: ({defaults[field].default})]" in line, line
+    assert "[default: (SQLite at DATA_DIR/budgeter.db)]" in text
 
 
 @pytest.mark.parametrize("args, reason", [
@@ -74,9 +134,10 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
     body.write_text(json.dumps({"messages": messages}))
 
     def stale_steps(*flags):
-        out = run("trim", str(body), "--window", "3000", "--reserve", "200", "--protect-tail", "1", *flags)
+        out = run("trim", str(body), "--window", "3000", "--reserve", "200", "--protect-tail", "1",
+                  "--report", "-", *flags)
         assert out.returncode == 0, out.stderr
-        report = json.loads(out.stdout)["report"]
+        report = json.loads(out.stderr)
         assert report["tokens_after"] <= 2800
         return [s for s in report["steps"] if s["step"] == "supersede_snapshots"]
 
@@ -120,3 +181,18 @@ def test_guard_rail_commands(tmp_path):
     assert out.returncode == 0 and (tmp_path / "new.py").read_text() == expected_file()
     out = run("plan-edits", "-", stdin='{"snapshot": "a", "edits": []}')
     assert out.returncode == 2 and "INVALID_INPUT" in out.stderr
+
+
+def test_plan_edits_writes_nothing_unless_every_edit_applied(tmp_path):
+    from tests.core.test_edits import EDITS, FILE
+
+    newer = tmp_path / "app.py"
+    newer.write_text("newer work, not to be overwritten\n")
+    edits = [{"start_line": e.start_line, "end_line": e.end_line, "body": e.body} for e in EDITS]
+    edits.append({"start_line": 10_000, "end_line": 10_001, "body": "x"})  # out of bounds
+    (tmp_path / "edits.json").write_text(json.dumps({"snapshot": FILE, "edits": edits}))
+    out = run("plan-edits", str(tmp_path / "edits.json"), "--output", str(newer))
+    assert out.returncode == 1 and json.loads(out.stdout)["ok"] is False
+    assert newer.read_text() == "newer work, not to be overwritten\n"
+    out = run("plan-edits", str(tmp_path / "edits.json"), "--output", str(tmp_path / "absent.py"))
+    assert out.returncode == 1 and not (tmp_path / "absent.py").exists()
