@@ -197,7 +197,23 @@ def classify_arguments(text: str, *, finish_reason: str | None = None) -> ArgVer
             return ArgVerdict(ArgStatus.REPAIRED, value=fixed, repair=description)
     if finish_reason == "length":
         return ArgVerdict(ArgStatus.TRUNCATED, detail="finish_reason=length")
-    return ArgVerdict(ArgStatus.INVALID, detail="not a JSON object")
+    return ArgVerdict(ArgStatus.INVALID, detail=why_invalid(text))
+
+
+def why_invalid(text: str) -> str:
+    """What is wrong with arguments that are not a JSON object, and what to send instead."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return "not valid JSON: nested too deeply"
+    except ValueError as exc:
+        at = getattr(exc, "pos", 0)
+        trailing = text[:at].rstrip().endswith(",") and text[at:].lstrip()[:1] in ("}", "]")
+        hint = " (a trailing comma: remove it)" if trailing else ""
+        return (f"not valid JSON: {getattr(exc, 'msg', exc)} at character {at}{hint}; "
+                "send the arguments as one JSON object")
+    kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+    return f"JSON {kind}, not an object; send the arguments as one JSON object"
 
 
 def complete_members(text: str) -> dict[str, Any]:
