@@ -8,8 +8,10 @@ store and tokenizers never read the environment.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -56,6 +58,10 @@ class Settings(BaseSettings):
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     grace: float = Field(5.0, ge=0)
     """Seconds in-flight RPCs get on SIGTERM."""
+    store_wait: float = Field(3.0, ge=0)
+    """Seconds to wait at start-up for the store to answer; then the server refuses to start."""
+    store_check_interval: float = Field(5.0, gt=0)
+    """Seconds between store checks; health is NOT_SERVING while the store is down."""
     auth_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Bearer token -> tenant. Empty: no authentication (bind to localhost or a private network)."""
     auth_tokens_file: Path | None = None
@@ -105,6 +111,11 @@ class Settings(BaseSettings):
     def store_url(self) -> str:
         return self.store or f"sqlite://{self.data_dir / 'budgeter.db'}"
 
+    @property
+    def store_shown(self) -> str:
+        """``store_url`` without its password, for logs and messages."""
+        return redacted(self.store_url)
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -112,6 +123,20 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _ConfigFile(settings_cls))
+
+
+def redacted(url: str) -> str:
+    """A URL with its password hidden (user info, and a ``password=`` query parameter)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password or parts.username:  # redis://SECRET@host: a lone user name is the password
+        user = parts.username if parts.password else ""
+        hidden = f"{user}:***@{parts.hostname or ''}" + (f":{port}" if port else "")
+        url = url.replace(parts.netloc, hidden, 1)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
 class _ConfigFile(TomlConfigSettingsSource):

@@ -12,6 +12,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +21,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from budgeter.errors import BudgeterError, InvalidInput
+from budgeter.errors import BudgeterError, InvalidInput, StoreUnavailable
 from budgeter.service.auth import Auth
 from budgeter.service.metrics import Metrics
 from budgeter.service.profiles import Profiles
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.service.sessions import Limits, Sessions
-from budgeter.settings import Settings
+from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
 from budgeter.v1 import budgeter_pb2
 
@@ -65,8 +66,26 @@ class Server:
         self.grpc_server.wait_for_termination()
 
 
+LIVENESS = "liveness"
+"""Health service name that is SERVING while the process answers, whatever the store does (for
+liveness probes; the server-wide status "" and the service's own follow the store)."""
+
+
 def create_server(settings: Settings, *, store: SessionStore | None = None) -> Server:
-    store = store or open_store(settings.store_url, **_store_options(settings))
+    """A started server. Refuses to start (``StoreUnavailable``; ``InvalidInput`` with reason
+    ``PORT_IN_USE``) when the store does not answer or a port cannot be bound."""
+    store = store or _open_store(settings)
+    undo: list[Callable[[], Any]] = [store.close]
+    try:
+        _wait_for_store(store, settings)
+        return _assemble(settings, store, undo)
+    except BaseException:
+        for close in reversed(undo):
+            close()
+        raise
+
+
+def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]]) -> Server:
     profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
     for name in {settings.default_tokenizer, *settings.preload}:
         profiles.counter(name)  # load now, so the first request is not the slow one
@@ -80,6 +99,7 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
                ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.max_workers),
                          options=options)
+    undo.append(lambda: server.stop(None))
     auth = Auth(settings.tokens())
     server.add_generic_rpc_handlers((handlers(BudgeterServicer(sessions, metrics, auth)),))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -87,27 +107,89 @@ def create_server(settings: Settings, *, store: SessionStore | None = None) -> S
     reflection.enable_server_reflection(
         (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
-    try:
-        address = f"{settings.host}:{settings.port}"
-        credentials = _tls(settings)
-        port = (server.add_secure_port(address, credentials) if credentials
-                else server.add_insecure_port(address))
-    except RuntimeError:
-        port = 0
-    if port == 0:
-        store.close()
-        raise BudgeterError(f"cannot listen on {settings.host}:{settings.port} (in use?)",
-                            metadata={"port": settings.port})
-    server.start()
-    out = Server(server, port, sessions, metrics, health_servicer)
-    for name in ("", SERVICE):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    port = _bind(server, settings)
+    metrics_port, closers = 0, []
     if settings.metrics_port:
-        out.metrics_port, closer = _serve_metrics(metrics, settings)
-        out._closers.append(closer)
-    watcher = threading.Thread(target=_watch_store, args=(out,), daemon=True, name="store-health")
+        metrics_port, closer = _serve_metrics(metrics, settings)
+        undo.append(closer)
+        closers.append(closer)
+    server.start()
+    out = Server(server, port, sessions, metrics, health_servicer, metrics_port, _closers=closers)
+    for name in ("", SERVICE, LIVENESS):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    watcher = threading.Thread(target=_watch_store, args=(out, settings), daemon=True, name="store-health")
     watcher.start()
     return out
+
+
+def _open_store(settings: Settings) -> SessionStore:
+    try:
+        return open_store(settings.store_url, **_store_options(settings))
+    except BudgeterError:
+        raise
+    except Exception as exc:  # e.g. a Redis Cluster that cannot be reached to learn its slots
+        raise StoreUnavailable(f"store {settings.store_shown} is unreachable: {_cause(exc)}",
+                               metadata={"store": settings.store_shown}) from exc
+
+
+def _wait_for_store(store: SessionStore, settings: Settings) -> None:
+    """Fail fast at start-up: a server whose store never answered must not report SERVING."""
+    deadline = time.monotonic() + settings.store_wait
+    while True:
+        try:
+            store.ping()
+            return
+        except StoreUnavailable as exc:
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"store {settings.store_shown} is unreachable: {_cause(exc)} (waited "
+                    f"{settings.store_wait:g} s; start it, or fix --store / BUDGETER_STORE)",
+                    metadata={"store": settings.store_shown}) from exc
+            time.sleep(0.2)
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost cause's message, on one line, without a password that may be in it."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return redacted(text)
+
+
+def _bind(server: grpc.Server, settings: Settings) -> int:
+    address = f"{settings.host}:{settings.port}"
+    credentials = _tls(settings)
+    why = _bind_error(settings.host, settings.port) if settings.port else None  # before gRPC logs it
+    port = 0
+    if why is None:
+        try:
+            port = (server.add_secure_port(address, credentials) if credentials
+                    else server.add_insecure_port(address))
+        except RuntimeError:
+            port = 0
+    if port == 0 and why is not None and "in use" not in why:
+        raise InvalidInput(f"cannot listen on {address}: {why}; choose an address of this machine "
+                           "with --host (BUDGETER_HOST)", field="host", reason="CANNOT_LISTEN",
+                           metadata={"host": settings.host})
+    if port == 0:
+        raise InvalidInput(f"cannot listen on {address}: {why or 'address in use'}; choose another port "
+                           "with --port (BUDGETER_PORT) or stop what holds it", field="port",
+                           reason="PORT_IN_USE", metadata={"port": settings.port})
+    return port
+
+
+def _bind_error(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound, as the OS says it; None when it can."""
+    import socket
+
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            s.bind(addr)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _tls(settings: Settings) -> grpc.ServerCredentials | None:
@@ -133,8 +215,14 @@ def _store_options(settings: Settings) -> dict[str, Any]:
 def _serve_metrics(metrics: Metrics, settings: Settings) -> tuple[int, Any]:
     from prometheus_client import start_http_server
 
-    httpd, thread = start_http_server(settings.metrics_port, addr=settings.host,
-                                      registry=metrics.registry)
+    try:
+        httpd, thread = start_http_server(settings.metrics_port, addr=settings.host,
+                                          registry=metrics.registry)
+    except OSError as exc:
+        raise InvalidInput(f"cannot serve metrics on {settings.host}:{settings.metrics_port}: "
+                           f"{exc.strerror or exc}; choose another port with --metrics-port "
+                           "(BUDGETER_METRICS_PORT; 0 turns metrics off)", field="metrics_port",
+                           reason="PORT_IN_USE", metadata={"port": settings.metrics_port}) from exc
     def close() -> None:
         httpd.shutdown()
         httpd.server_close()
@@ -142,21 +230,26 @@ def _serve_metrics(metrics: Metrics, settings: Settings) -> tuple[int, Any]:
     return httpd.server_port, close
 
 
-def _watch_store(server: Server, every: float = 5.0) -> None:
-    """Health follows the store: NOT_SERVING while it is down, SERVING once it answers again."""
+def _watch_store(server: Server, settings: Settings) -> None:
+    """Health follows the store: NOT_SERVING while it is down, SERVING once it answers again.
+    Each outage is logged once, with its cause; ``LIVENESS`` stays SERVING throughout."""
     serving = True
-    while not server._stop.wait(every):
+    while not server._stop.wait(settings.store_check_interval):
         try:
             server.sessions.store.ping()
-            ok = True
-        except Exception:
-            ok = False
+            ok, cause = True, ""
+        except Exception as exc:
+            ok, cause = False, _cause(exc)
         if ok != serving and not server._stop.is_set():
             status = (health_pb2.HealthCheckResponse.SERVING if ok
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
             for name in ("", SERVICE):
                 server.health.set(name, status)
-            log.warning("store %s", "recovered" if ok else "unavailable")
+            if ok:
+                log.warning("store %s recovered; health SERVING", settings.store_shown)
+            else:
+                log.warning("store %s unavailable: %s; health NOT_SERVING until it answers",
+                            settings.store_shown, cause)
             serving = ok
 
 
@@ -174,7 +267,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGINT, on_signal)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
     print(f"budgeter: serving on {settings.host}:{server.port} "
-          f"(store {settings.store_url}, metrics {server.metrics_port or 'off'})", flush=True)
+          f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'})", flush=True)
     while not done.wait(0.25):  # a signal delivered to another thread does not wake a plain wait()
         pass
     server.stop(settings.grace)

@@ -1,0 +1,104 @@
+"""Start-up and outages name their cause: busy ports and an unreachable store stop ``budgeter
+serve`` with one line and exit code 2; a later store outage is logged once, with the URL (no
+password) and the cause, while the liveness health service keeps answering SERVING."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from budgeter.service.server import LIVENESS, SERVICE, create_server
+from tests.redis_server import free_port
+from tests.service.conftest import settings
+from tests.service.procs import ServerProcess
+
+
+def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "budgeter", "serve", "--store", "memory://", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr and "serving" not in out.stdout, out.stderr
+    return lines[0]
+
+
+def test_a_second_serve_names_the_busy_port_and_its_flag(tmp_path):
+    metrics = free_port()
+    first = ServerProcess("--data-dir", str(tmp_path), "--metrics-port", str(metrics)).start()
+    try:
+        line = one_line_error(serve("--port", str(free_port()), "--metrics-port", str(metrics)))
+        assert line.startswith("budgeter: PORT_IN_USE:") and f":{metrics}" in line and "--metrics-port" in line
+        line = one_line_error(serve("--port", str(first.port), "--metrics-port", "0"))
+        assert line.startswith("budgeter: PORT_IN_USE:") and f":{first.port}" in line and "--port" in line
+        assert "already in use" in line.lower()
+    finally:
+        first.stop()
+
+
+def test_an_unreachable_store_stops_the_start_with_its_url_and_cause():
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "budgeter", "serve", "--port", "0", "--metrics-port", "0",
+                          "--store", f"redis://:s3cret@127.0.0.1:{port}/0"],
+                         capture_output=True, text=True, timeout=60)
+    line = one_line_error(out)
+    assert time.monotonic() - started < 30
+    assert line.startswith("budgeter: STORE_UNAVAILABLE:") and "s3cret" not in line
+    assert f"redis://:***@127.0.0.1:{port}/0" in line and "refused" in line.lower()
+
+
+def health(target: str, service: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+def wait_for(target: str, service: str, status: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while health(target, service) != status:
+        assert time.monotonic() < deadline, f"{service!r} never became {status}"
+        time.sleep(0.05)
+
+
+def test_outage_logged_once_with_cause_liveness_stays_serving(private_redis, caplog):
+    caplog.set_level(logging.WARNING, logger="budgeter.service")
+    srv = create_server(settings(store=private_redis.url, store_check_interval=0.1))
+    serving, down = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    try:
+        assert health(srv.target, LIVENESS) == serving
+        private_redis.stop()
+        wait_for(srv.target, "", down)
+        assert health(srv.target, SERVICE) == down and health(srv.target, LIVENESS) == serving
+        time.sleep(1.0)  # about ten more failed checks
+        private_redis.start()
+        wait_for(srv.target, "", serving)
+    finally:
+        srv.stop(0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "budgeter.service"]
+    outages = [m for m in lines if "unavailable" in m]
+    assert len(outages) == 1, lines
+    assert private_redis.url in outages[0] and "refused" in outages[0].lower()
+    assert len([m for m in lines if "recovered" in m]) == 1
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+    ("rediss://user:pw@h/1", "rediss://user:***@h/1"),
+    ("redis://pw@h", "redis://:***@h"),
+    ("unix:///run/r.sock?db=0&password=pw", "unix:///run/r.sock?db=0&password=***"),
+    ("sqlite:///var/lib/b.db", "sqlite:///var/lib/b.db"),
+])
+def test_store_urls_are_shown_without_passwords(url, shown):
+    assert settings(store=url).store_shown == shown
