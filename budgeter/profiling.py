@@ -8,7 +8,7 @@ from typing import Any
 
 from budgeter.core.messages import from_openai_list
 from budgeter.core.policy import Policy
-from budgeter.core.profile import CATEGORIES, profile
+from budgeter.core.profile import CATEGORIES, LABELS, profile
 from budgeter.errors import InvalidInput
 from budgeter.tokenizers import DEFAULT, resolve
 
@@ -75,6 +75,7 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
     from rich.table import Table
 
     console = Console()
+    console.print(waste_headline(profiles[0]))
     names = [p["tokenizer"] for p in profiles]
     summary = Table(title="Session under each tokenizer")
     for col in ("tokenizer", "tokens", "of window", "template overhead", "waste", "load s", "MB/s"):
@@ -89,7 +90,7 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
     for n in names:
         comp.add_column(n, justify="right")
     for cat in CATEGORIES:
-        comp.add_row(cat, *(f"{p['composition'][cat]:,}" for p in profiles))
+        comp.add_row(LABELS[cat], *(f"{p['composition'][cat]:,}" for p in profiles))
     comp.add_row("total", *(f"{p['tokens']:,}" for p in profiles), style="bold")
     console.print(comp)
     kinds = Table(title="Content kinds: tokens (chars/token)")
@@ -102,15 +103,12 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
     console.print(kinds)
     first = profiles[0]
     heavy = Table(title=f"Heaviest {top} messages ({first['tokenizer']})")
-    for col in ("#", "role", "tool", "kind", "tokens"):
+    for col in ("#", "role", "tool", "category", "kind", "tokens"):
         heavy.add_column(col, justify="right" if col in ("#", "tokens") else "left")
     for m in first["top"]:
-        heavy.add_row(str(m["index"]), m["role"], m["tool"], m["kind"], f"{m['tokens']:,}")
+        heavy.add_row(str(m["index"]), m["role"], m["tool"], LABELS.get(m["category"], m["category"]),
+                      m["kind"], f"{m['tokens']:,}")
     console.print(heavy)
-    waste = first["waste"]
-    console.print(f"Waste ({first['tokenizer']}): failed calls and results {waste['failed_calls_and_results']:,}, "
-                  f"stale snapshots {waste['stale_snapshots']:,}, truncated arguments "
-                  f"{waste['truncated_arguments']:,} tokens")
     c = first["compaction"]
     if "error" in c:
         console.print(f"Compaction at {first['window']:,}: cannot fit: {c['error']}")
@@ -119,3 +117,25 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
         console.print(f"Compaction at {first['window']:,}: {c['tokens_before']:,} -> {c['tokens_after']:,} "
                       f"tokens (budget {c['budget']:,}; {c['utilization']:.0%} of the window)"
                       + (f": {steps}" if steps else ""))
+
+
+def waste_headline(p: dict[str, Any]) -> str:
+    """The first lines of the terminal report: each kind of waste, biggest first (rich markup)."""
+    from rich.markup import escape
+
+    from budgeter.report import ranked_waste
+
+    ranked = [w for w in ranked_waste(p) if w["tokens"]]
+    if not ranked:
+        return f"No waste found ({escape(p['tokenizer'])}): no failed tool calls, no stale file snapshots."
+    lines = [f"[bold red]Biggest waste: {escape(ranked[0]['label'])}: {ranked[0]['tokens']:,} tokens, "
+             f"{ranked[0]['share']:.0%} of the prompt[/] ({escape(p['tokenizer'])})"]
+    for w in ranked:
+        tools = ", ".join(f"{n} x {t}" for t, n in sorted(w["tools"].items(), key=lambda kv: -kv[1]))
+        where = ", ".join(f"#{i}" for i in w["messages"][:10]) + (", ..." if len(w["messages"]) > 10 else "")
+        lines.append(f"  {escape(w['label'])}: {w['tokens']:,} tokens"
+                     + (f"; {w['calls']} calls ({escape(tools)})" if w["calls"] else "")
+                     + (f"; messages {where}" if where else ""))
+    if p["waste"].get("truncated_arguments"):
+        lines.append(f"  of which arguments cut mid-string: {p['waste']['truncated_arguments']:,} tokens")
+    return "\n".join(lines)

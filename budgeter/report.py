@@ -1,7 +1,9 @@
 """A self-contained HTML page for ``budgeter profile``: inline SVG charts, no network, no scripts.
 
-Charts: the window composition as a stacked bar per tokenizer, a per-message token timeline with
-the heaviest messages labelled, and the effect of each compaction step.
+The page opens with the biggest waste (what to fix first), then: the summary, the window
+composition as a stacked bar per tokenizer against the window and the budget, a per-message token
+chart with a scale, and the effect of each compaction step. Every colour has a legend; charts
+scale to the page width.
 """
 
 from __future__ import annotations
@@ -11,73 +13,162 @@ from collections.abc import Sequence
 from typing import Any
 
 from budgeter.core.jsonargs import dumps_text
-from budgeter.core.profile import CATEGORIES
+from budgeter.core.profile import CATEGORIES, LABELS, WASTE_LABELS
 
 COLORS = {"system": "#6c757d", "tool_schemas": "#adb5bd", "user": "#0d6efd", "assistant": "#6f42c1",
-          "tool_ok": "#198754", "tool_failed": "#dc3545", "stale_snapshots": "#fd7e14",
-          "template_overhead": "#ffc107"}
+          "failed_calls": "#a4161a", "tool_ok": "#198754", "tool_failed": "#f08080",
+          "stale_snapshots": "#fd7e14", "template_overhead": "#ffc107"}
 ROLE_COLORS = {"system": "#6c757d", "user": "#0d6efd", "assistant": "#6f42c1", "tool": "#198754"}
+WASTE_COLORS = {"failed_calls_and_results": COLORS["failed_calls"], "stale_snapshots": COLORS["stale_snapshots"]}
+FIT, OVER, BUDGET = "#198754", "#0d6efd", "#dc3545"
+WIDTH = 1200
+"""Drawing width of every chart; the page scales it to the window (``width: 100%``)."""
 
 
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def composition_svg(profiles: Sequence[dict[str, Any]], width: int = 900) -> str:
-    row, label_w = 34, 170
-    height = row * len(profiles) + 70
-    scale = max((p["tokens"] for p in profiles), default=1) or 1
-    bar_w = width - label_w - 90
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="window composition">']
+def svg(height: int, label: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="100%" '
+            f'role="img" aria-label="{esc(label)}" font-family="system-ui,sans-serif">')
+
+
+def legend(items: Sequence[tuple[str, str]], y: int, *, columns: int = 4) -> str:
+    out = []
+    for i, (color, text) in enumerate(items):
+        x, ly = 4 + (i % columns) * (WIDTH // columns), y + (i // columns) * 22
+        out.append(f'<rect x="{x}" y="{ly}" width="14" height="14" fill="{color}"/>'
+                   f'<text x="{x + 20}" y="{ly + 12}" font-size="14">{esc(text)}</text>')
+    return "".join(out)
+
+
+def nice_step(top: float, ticks: int = 4) -> int:
+    """A round tick step (1, 2 or 5 times a power of ten) giving about ``ticks`` ticks up to ``top``."""
+    raw = max(top / ticks, 1)
+    power = 10 ** (len(str(int(raw))) - 1)
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def ranked_waste(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """``waste_ranked``, or the same from the ``waste`` figures of an older server."""
+    if p.get("waste_ranked"):
+        return list(p["waste_ranked"])
+    waste = p["waste"]
+    return sorted(({"kind": k, "label": WASTE_LABELS[k], "tokens": waste[k], "messages": [], "calls": 0,
+                    "tools": {}, "share": waste[k] / p["tokens"] if p["tokens"] else 0.0}
+                   for k in ("failed_calls_and_results", "stale_snapshots")), key=lambda w: -w["tokens"])
+
+
+def waste_headline(p: dict[str, Any]) -> str:
+    """The first thing on the page: the biggest waste, how big, where; then the others as bars."""
+    ranked = [w for w in ranked_waste(p) if w["tokens"]]
+    if not ranked:
+        return "<div class='headline'><b>No waste found</b>: no failed tool calls, no stale file snapshots.</div>"
+    top = ranked[0]
+    where = ", ".join(f"#{i}" for i in top["messages"][:12]) + (", …" if len(top["messages"]) > 12 else "")
+    tools = ", ".join(f"{n} × {t}" for t, n in sorted(top["tools"].items(), key=lambda kv: -kv[1]))
+    detail = (f"{top['calls']} failed calls ({tools}): their arguments and error outputs"
+              if top["kind"] == "failed_calls_and_results" else f"{len(top['messages'])} file snapshots "
+              "read again or changed later")
+    rows, row, label_w = len(ranked), 30, 330
+    scale = max(w["tokens"] for w in ranked)
+    bars = [svg(row * rows + 6, "waste by kind")]
+    for i, w in enumerate(ranked):
+        y, bw = 3 + i * row, w["tokens"] / scale * (WIDTH - label_w - 330)
+        bars.append(f'<text x="4" y="{y + 18}" font-size="15">{esc(w["label"])}</text>'
+                    f'<rect x="{label_w}" y="{y}" width="{bw:.1f}" height="22" '
+                    f'fill="{WASTE_COLORS.get(w["kind"], "#999")}"/>'
+                    f'<text x="{label_w + bw + 8:.1f}" y="{y + 17}" font-size="15">{w["tokens"]:,} tokens '
+                    f'({w["share"]:.0%} of the prompt)</text>')
+    return (f"<div class='headline'><div class='big'>Biggest waste: {esc(top['label'])}: "
+            f"<b>{top['tokens']:,} tokens</b>, {top['share']:.0%} of the prompt ({esc(p['tokenizer'])})</div>"
+            f"<p>{esc(detail)}; messages {esc(where)}</p>{''.join(bars)}</svg></div>")
+
+
+def composition_svg(profiles: Sequence[dict[str, Any]]) -> str:
+    row, label_w, n = 40, 170, len(profiles)
+    window = max((p["window"] for p in profiles), default=0)
+    budget = profiles[0]["compaction"].get("budget") if profiles else None
+    scale = max([p["tokens"] for p in profiles] + [window, 1])
+    bar_w = WIDTH - label_w - 120
+    items = [c for c in CATEGORIES if any(p["composition"][c] for p in profiles)]
+    height = 30 + row * n + 24 * ((len(items) + 3) // 4) + 10
+    parts = [svg(height, "window composition")]
     for r, p in enumerate(profiles):
-        y, x = 10 + r * row, float(label_w)
-        parts.append(f'<text x="4" y="{y + 18}" font-size="13">{esc(p["tokenizer"])[:24]}</text>')
+        y, x = 24 + r * row, float(label_w)
+        parts.append(f'<text x="4" y="{y + 19}" font-size="14">{esc(p["tokenizer"])[:22]}</text>')
         for cat in CATEGORIES:
-            n = p["composition"][cat]
-            w = max(n, 0) / scale * bar_w
-            if w <= 0:
-                continue
-            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="24" fill="{COLORS[cat]}">'
-                         f'<title>{esc(cat)}: {n:,} tokens</title></rect>')
-            x += w
-        parts.append(f'<text x="{x + 6:.1f}" y="{y + 18}" font-size="12">{p["tokens"]:,}</text>')
-    y = 20 + row * len(profiles)
-    for i, cat in enumerate(CATEGORIES):
-        lx = 4 + (i % 4) * 220
-        ly = y + (i // 4) * 20
-        parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{COLORS[cat]}"/>'
-                     f'<text x="{lx + 18}" y="{ly + 11}" font-size="12">{esc(cat)}</text>')
+            w = max(p["composition"][cat], 0) / scale * bar_w
+            if w > 0:
+                parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="26" fill="{COLORS[cat]}">'
+                             f'<title>{esc(LABELS[cat])}: {p["composition"][cat]:,} tokens</title></rect>')
+                x += w
+        parts.append(f'<text x="{x + 6:.1f}" y="{y + 19}" font-size="13">{p["tokens"]:,}</text>')
+    for value, name, dash in ((window, "window", ""), (budget, "budget", "6 4")):
+        if value:
+            bx = label_w + value / scale * bar_w
+            parts.append(f'<line x1="{bx:.1f}" y1="16" x2="{bx:.1f}" y2="{24 + row * n}" stroke="{BUDGET}" '
+                         f'stroke-width="2" stroke-dasharray="{dash}"/><text x="{bx - 4:.1f}" '
+                         f'y="{12 if name == "window" else 24 + row * n + 14}" font-size="13" '
+                         f'text-anchor="end" fill="{BUDGET}">{name} {value:,}</text>')
+    y = 30 + row * n + 14
+    parts.append(legend([(COLORS[c], f"{LABELS[c]} ({profiles[0]['composition'][c]:,})") for c in items], y))
     return "".join(parts) + "</svg>"
 
 
-def timeline_svg(p: dict[str, Any], width: int = 900, height: int = 260, label: int = 6) -> str:
+def timeline_svg(p: dict[str, Any], height: int = 330, label: int = 6) -> str:
     msgs = p["messages"]
     if not msgs:
         return "<p>No messages.</p>"
-    top = max(m["tokens"] for m in msgs) or 1
-    plot_h, left = height - 50, 40
-    step = (width - left - 10) / len(msgs)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="token timeline">',
-             f'<line x1="{left}" y1="{plot_h + 10}" x2="{width - 10}" y2="{plot_h + 10}" stroke="#333"/>',
-             f'<text x="2" y="18" font-size="11">{top:,}</text>']
-    heavy = {m["index"] for m in sorted(msgs, key=lambda m: -m["tokens"])[:label]}
+    step_y = nice_step(max(m["tokens"] for m in msgs))
+    top = step_y * -(-max(m["tokens"] for m in msgs) // step_y)
+    left, plot_top, plot_h = 70, 20, height - 110
+    base = plot_top + plot_h
+    step = (WIDTH - left - 10) / len(msgs)
+    parts = [svg(height, "tokens per message"),
+             '<text x="4" y="12" font-size="13">tokens</text>']
+    for v in range(0, top + 1, step_y):  # the scale: gridlines with their values
+        y = base - v / top * plot_h
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{WIDTH - 10}" y2="{y:.1f}" stroke="#dee2e6"/>'
+                     f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="12" text-anchor="end">{v:,}</text>')
+    heavy = labelled(msgs, label, min_gap=130 / step)
+    used = set()
     for i, m in enumerate(msgs):
-        h = m["tokens"] / top * plot_h
-        x = left + i * step
+        h, x = m["tokens"] / top * plot_h, left + i * step
         color = COLORS.get(m["category"], ROLE_COLORS.get(m["role"], "#999"))
-        parts.append(f'<rect x="{x:.1f}" y="{plot_h + 10 - h:.1f}" width="{max(step - 1, 1):.1f}" '
-                     f'height="{h:.1f}" fill="{color}"><title>#{m["index"]} {esc(m["role"])} '
+        used.add(m["category"])
+        parts.append(f'<rect x="{x:.1f}" y="{base - h:.1f}" width="{max(step - 1, 1):.1f}" height="{h:.1f}" '
+                     f'fill="{color}"><title>#{m["index"]} {esc(LABELS.get(m["category"], m["role"]))} '
                      f'{esc(m["tool"])} {m["tokens"]:,} tokens</title></rect>')
         if m["index"] in heavy:
-            parts.append(f'<text x="{x:.1f}" y="{max(plot_h + 4 - h, 12):.1f}" font-size="10">'
+            anchor = "end" if x > WIDTH - 140 else "start"
+            parts.append(f'<text x="{x + (step if anchor == "end" else 0):.1f}" '
+                         f'y="{max(base - h - 4, plot_top + 10):.1f}" font-size="12" text-anchor="{anchor}">'
                          f'#{m["index"]} {esc(m["tool"] or m["role"])[:14]}</text>')
-    parts.append(f'<text x="{left}" y="{height - 8}" font-size="11">message index →</text>')
+    every = nice_step(len(msgs), 10)
+    for i in range(0, len(msgs), every):
+        x = left + i * step + step / 2
+        parts.append(f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 5}" stroke="#333"/>'
+                     f'<text x="{x:.1f}" y="{base + 19}" font-size="12" text-anchor="middle">{i}</text>')
+    parts.append(f'<line x1="{left}" y1="{base}" x2="{WIDTH - 10}" y2="{base}" stroke="#333"/>'
+                 f'<text x="{WIDTH - 10}" y="{base + 38}" font-size="13" text-anchor="end">message index</text>')
+    parts.append(legend([(COLORS[c], LABELS[c]) for c in CATEGORIES if c in used], base + 50, columns=5))
     return "".join(parts) + "</svg>"
 
 
-def steps_svg(p: dict[str, Any], width: int = 900) -> str:
+def labelled(msgs: Sequence[dict[str, Any]], n: int, *, min_gap: float) -> set[int]:
+    """The heaviest ``n`` messages whose labels do not overlap (at least ``min_gap`` bars apart)."""
+    out: list[int] = []
+    for m in sorted(msgs, key=lambda m: (-m["tokens"], m["index"])):
+        if len(out) == n:
+            break
+        if all(abs(m["index"] - i) >= min_gap for i in out):
+            out.append(m["index"])
+    return set(out)
+
+
+def steps_svg(p: dict[str, Any]) -> str:
     c = p["compaction"]
     if "error" in c:
         return f"<p>Compaction cannot fit this window: {esc(c['error'])}</p>"
@@ -88,22 +179,23 @@ def steps_svg(p: dict[str, Any], width: int = 900) -> str:
             level -= s["tokens_saved"]
             bars.append((s["step"], level))
     bars.append(("final prompt", c["tokens_after"]))
-    top = max(b[1] for b in bars) or 1
-    row, label_w = 28, 170
-    height = row * len(bars) + 20
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="compaction steps">']
-    budget_x = label_w + c["budget"] / top * (width - label_w - 90)
+    top = max([b[1] for b in bars] + [c["budget"], 1])
+    row, label_w = 30, 210
+    span = WIDTH - label_w - 120
+    height = row * len(bars) + 60
+    parts = [svg(height, "compaction steps")]
     for i, (name, n) in enumerate(bars):
-        y = 6 + i * row
-        w = n / top * (width - label_w - 90)
-        fill = "#198754" if n <= c["budget"] else "#0d6efd"
-        parts.append(f'<text x="4" y="{y + 16}" font-size="12">{esc(name)}</text>'
-                     f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="20" fill="{fill}">'
-                     f'<title>{esc(name)}: {n:,}</title></rect>'
-                     f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" font-size="11">{n:,}</text>')
-    parts.append(f'<line x1="{budget_x:.1f}" y1="0" x2="{budget_x:.1f}" y2="{height}" stroke="#dc3545" '
-                 f'stroke-dasharray="4 3"><title>budget {c["budget"]:,}</title></line>')
+        y, w = 22 + i * row, n / top * span
+        parts.append(f'<text x="4" y="{y + 16}" font-size="14">{esc(name)}</text>'
+                     f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="22" '
+                     f'fill="{FIT if n <= c["budget"] else OVER}"><title>{esc(name)}: {n:,}</title></rect>'
+                     f'<text x="{label_w + w + 6:.1f}" y="{y + 16}" font-size="13">{n:,}</text>')
+    bx = label_w + c["budget"] / top * span
+    parts.append(f'<line x1="{bx:.1f}" y1="16" x2="{bx:.1f}" y2="{22 + row * len(bars)}" stroke="{BUDGET}" '
+                 f'stroke-width="2" stroke-dasharray="6 4"/><text x="{bx - 4:.1f}" y="13" font-size="13" '
+                 f'text-anchor="end" fill="{BUDGET}">budget {c["budget"]:,} (window − reserve)</text>')
+    parts.append(legend([(FIT, "within the budget"), (OVER, "over the budget"),
+                         (BUDGET, "budget line")], 30 + row * len(bars), columns=3))
     return "".join(parts) + "</svg>"
 
 
@@ -115,10 +207,12 @@ def table(rows: Sequence[Sequence[Any]], head: Sequence[str]) -> str:
     return "".join(out) + "</tbody></table>"
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#212529;max-width:960px}
-h1{font-size:22px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}
+CSS = """body{font-family:system-ui,sans-serif;margin:20px 28px;color:#212529}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin-top:28px}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:right}th{background:#f8f9fa}
-td:first-child,th:first-child{text-align:left}.note{color:#6c757d;font-size:12px}"""
+td:first-child,th:first-child{text-align:left}.note{color:#6c757d;font-size:12px}
+.headline{border-left:6px solid #a4161a;background:#fff5f5;padding:10px 16px;margin:12px 0}
+.headline .big{font-size:20px}.headline p{margin:6px 0}"""
 
 
 def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
@@ -129,12 +223,12 @@ def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
                     ["tokenizer", "tokens", "of window", "template overhead", "waste", "load", "MB/s"])
     kinds = sorted({k for p in profiles for k in p["by_kind"]})
     kind_rows = [(k, *(p["by_kind"].get(k, {}).get("chars_per_token", "") for p in profiles)) for k in kinds]
-    top = table([(m["index"], m["role"], m["tool"], m["kind"], m["tokens"]) for m in first["top"]],
-                ["#", "role", "tool", "kind", "tokens"])
+    top = table([(m["index"], m["role"], m["tool"], LABELS.get(m["category"], m["category"]), m["kind"],
+                  m["tokens"]) for m in first["top"]], ["#", "role", "tool", "category", "kind", "tokens"])
     sections = [
         f"<h1>budgeter profile</h1><p class='note'>{esc(source)} · {len(first['messages'])} messages · "
-        f"window {first['window']:,}</p>", "<h2>Summary</h2>", summary,
-        "<h2>Window composition</h2>", composition_svg(profiles),
+        f"window {first['window']:,}</p>", waste_headline(first), "<h2>Summary</h2>", summary,
+        "<h2>Window composition (tokens)</h2>", composition_svg(profiles),
         f"<h2>Tokens per message ({esc(first['tokenizer'])})</h2>", timeline_svg(first),
         "<h2>Heaviest messages</h2>", top,
         "<h2>Characters per token by content kind</h2>",
@@ -146,5 +240,6 @@ def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
     ]
     data = dumps_text(profiles).replace("</", "<\\/")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>budgeter profile</title>"
+            "<meta name='viewport' content='width=device-width'>"
             f"<style>{CSS}</style></head><body>{''.join(sections)}"
             f"<script type='application/json' id='profile-data'>{data}</script></body></html>")

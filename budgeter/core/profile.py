@@ -6,6 +6,9 @@ The parts add up to the exact count of the whole prompt by construction:
 - *template overhead* is the rest: role headers, separators, the generation prompt and the
   merges a BPE makes across a content boundary. Per message, it is the message's cost rendered
   alone minus its content.
+
+A tool call whose result was an error is waste: its arguments count as ``failed_calls`` (not
+``assistant``), its error output as ``tool_failed``; ``waste_ranked`` puts the biggest waste first.
 """
 
 from __future__ import annotations
@@ -26,8 +29,15 @@ from budgeter.core.policy import Policy
 from budgeter.core.sniff import sniff
 from budgeter.core.typing import JSONDict, PromptCounter
 
-CATEGORIES = ("system", "tool_schemas", "user", "assistant", "tool_ok", "tool_failed",
+CATEGORIES = ("system", "tool_schemas", "user", "assistant", "failed_calls", "tool_ok", "tool_failed",
               "stale_snapshots", "template_overhead")
+LABELS = {"system": "system prompt", "tool_schemas": "tool schemas", "user": "user",
+          "assistant": "assistant (text, calls that ran)", "failed_calls": "failed calls' arguments",
+          "tool_ok": "tool output", "tool_failed": "tool errors", "stale_snapshots": "stale file snapshots",
+          "template_overhead": "template overhead"}
+"""What each category is called where people read it (tables, chart legends)."""
+WASTE_LABELS = {"failed_calls_and_results": "failed tool calls and their errors",
+                "stale_snapshots": "stale file snapshots", "truncated_arguments": "truncated arguments"}
 KIND_OF = {"html": "css/html", "css": "css/html", "js": "code", "ts": "code", "python": "code",
            "shell": "code", "json": "json", "yaml": "json", "markdown": "prose", "text": "prose"}
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -46,6 +56,8 @@ class MessageFigures:
     content_tokens: int
     tokens: int
     """Cost rendered alone: content plus this message's template overhead."""
+    failed_tokens: int = 0
+    """Content tokens of this message's tool calls that failed (their arguments)."""
 
 
 @dataclass(slots=True)
@@ -59,6 +71,7 @@ class Profile:
     by_tool: dict[str, int]
     by_kind: dict[str, dict[str, float]]
     waste: dict[str, int]
+    waste_ranked: list[dict[str, Any]]
     compaction: dict[str, Any]
     load_seconds: float
     encode_mb_per_s: float
@@ -72,7 +85,8 @@ class Profile:
             "tokenizer": self.tokenizer, "tokens": self.tokens, "window": self.window,
             "utilization": round(self.tokens / self.window, 4) if self.window else None,
             "composition": self.composition, "by_role": self.by_role, "by_tool": self.by_tool,
-            "by_kind": self.by_kind, "waste": self.waste, "compaction": self.compaction,
+            "by_kind": self.by_kind, "waste": self.waste, "waste_ranked": self.waste_ranked,
+            "compaction": self.compaction,
             "template_overhead": {"total": self.composition["template_overhead"],
                                   "per_message": [m.tokens - m.content_tokens for m in self.messages]},
             "top": [_fig(m) for m in self.top(top)], "messages": [_fig(m) for m in self.messages],
@@ -83,7 +97,8 @@ class Profile:
 
 def _fig(m: MessageFigures) -> dict[str, Any]:
     return {"index": m.index, "role": m.role, "tool": m.tool, "category": m.category, "kind": m.kind,
-            "chars": m.chars, "content_tokens": m.content_tokens, "tokens": m.tokens}
+            "chars": m.chars, "content_tokens": m.content_tokens, "tokens": m.tokens,
+            "failed_tokens": m.failed_tokens}
 
 
 def content_texts(m: Message) -> list[str]:
@@ -140,20 +155,23 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
     schemas = total - counter.count_prompt(messages, ()) if tools else 0
     names = {c.id: c.name for m in messages for c in m.tool_calls}
     stale = stale_reads(messages, facts)
+    failed = failed_call_ids(messages, facts)
     figures = []
     for i, (m, f) in enumerate(zip(messages, facts, strict=True)):
         texts = content_texts(m)
         content = sum(counter.count_text(t) for t in texts)
+        lost = sum(counter.count_text(c.arguments) for c in m.tool_calls if c.id in failed and c.arguments)
         figures.append(MessageFigures(
             i, m.role, names.get(m.tool_call_id or "", "") if m.role == "tool" else
-            ",".join(c.name for c in m.tool_calls), _category(m, f, i in stale),
+            ",".join(c.name for c in m.tool_calls), _category(m, f, i in stale, lost),
             content_kind("\n".join(kind_texts(m))), sum(map(len, texts)), content,
-            counter.message_cost(m)))
+            counter.message_cost(m), lost))
         if progress:
             progress(1)
+    waste = _waste(messages, facts, figures)
     out = Profile(counter.name, total, policy.window, figures,
                   _composition(figures, total, schemas), _sum_by(figures, "role"),
-                  _by_tool(figures), _by_kind(figures), _waste(messages, facts, figures),
+                  _by_tool(figures), _by_kind(figures), waste, rank_waste(waste, figures, total),
                   _compaction(messages, counter, tools, policy), load_seconds,
                   encode_throughput(counter, [t for m in messages for t in content_texts(m)]),
                   list(counter.notes))
@@ -175,17 +193,27 @@ def encode_throughput(counter: PromptCounter, texts: Sequence[str]) -> float:
     return size / 1e6 / seconds if seconds else 0.0
 
 
-def _category(m: Message, f: Facts, stale: bool) -> str:
+def failed_call_ids(messages: Sequence[Message], facts: Sequence[Facts]) -> set[str]:
+    """Ids of the tool calls whose result was an error."""
+    return {m.tool_call_id for m, f in zip(messages, facts, strict=True)
+            if m.role == "tool" and m.tool_call_id and f.result is ResultStatus.ERROR}
+
+
+def _category(m: Message, f: Facts, stale: bool, failed_tokens: int) -> str:
     if m.role == "tool":
         return "stale_snapshots" if stale else (
             "tool_failed" if f.result is ResultStatus.ERROR else "tool_ok")
-    return m.role if m.role in ("system", "user") else "assistant"
+    if m.role in ("system", "user"):
+        return m.role
+    return "failed_calls" if failed_tokens else "assistant"
 
 
 def _composition(figures: Sequence[MessageFigures], total: int, schemas: int) -> dict[str, int]:
     out = dict.fromkeys(CATEGORIES, 0)
     for m in figures:
-        out[m.category] += m.content_tokens
+        rest = "assistant" if m.category == "failed_calls" else m.category
+        out["failed_calls"] += m.failed_tokens  # a failed call's arguments, not its message's text
+        out[rest] += m.content_tokens - m.failed_tokens
     out["tool_schemas"] = schemas
     out["template_overhead"] = total - sum(out.values())
     return out
@@ -217,13 +245,29 @@ def _by_kind(figures: Sequence[MessageFigures]) -> dict[str, dict[str, float]]:
             for k in sorted(tokens, key=lambda k: -tokens[k])}
 
 
+def rank_waste(waste: dict[str, int], figures: Sequence[MessageFigures], total: int) -> list[dict[str, Any]]:
+    """The kinds of waste, biggest first, each with the messages that hold it."""
+    holders = {"failed_calls_and_results": {"failed_calls", "tool_failed"},
+               "stale_snapshots": {"stale_snapshots"}}
+    out = []
+    for key, cats in holders.items():
+        where = [m for m in figures if m.category in cats]
+        out.append({"kind": key, "label": WASTE_LABELS[key], "tokens": waste[key],
+                    "share": round(waste[key] / total, 4) if total else 0.0,
+                    "messages": [m.index for m in where],
+                    "calls": sum(1 for m in where if m.category == "failed_calls"),
+                    "tools": dict(Counter(t for m in where if m.category == "failed_calls"
+                                          for t in filter(None, m.tool.split(","))))})
+    return sorted(out, key=lambda w: -w["tokens"])
+
+
 def _waste(messages: Sequence[Message], facts: Sequence[Facts], figures: Sequence[MessageFigures]
            ) -> dict[str, int]:
-    failed_ids = {messages[i].tool_call_id for i, f in enumerate(facts) if f.result is ResultStatus.ERROR}
+    failed_ids = failed_call_ids(messages, facts)
     failed_calls = truncated = 0
     for m, f, fig in zip(messages, facts, figures, strict=True):
         if m.tool_calls and any(c.id in failed_ids for c in m.tool_calls):
-            failed_calls += fig.tokens
+            failed_calls += fig.tokens if all(c.id in failed_ids for c in m.tool_calls) else fig.failed_tokens
         if any(c.verdict.status is ArgStatus.TRUNCATED for c in f.calls):
             truncated += fig.tokens
     failed_results = sum(m.tokens for m in figures if m.category == "tool_failed")

@@ -47,7 +47,7 @@ def main() -> None:
         chromium = shutil.which("chromium")
         if args.screenshot and chromium:
             subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            "--window-size=1000,1700", f"--screenshot={args.screenshot.resolve()}",
+                            "--window-size=1600,1500", f"--screenshot={args.screenshot.resolve()}",
                             f"file://{page}"], capture_output=True, check=True, timeout=120)
             print(f"screenshot: {args.screenshot}")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +38,13 @@ def test_parts_add_up_to_the_exact_count(spec, request):
     assert p["tokens"] == full == sum(p["composition"][c] for c in CATEGORIES)
     assert p["composition"]["tool_schemas"] > 100 and p["composition"]["template_overhead"] > 0
     cats = [m["category"] for m in p["messages"]]
-    assert cats == ["system", "user", "assistant", "stale_snapshots", "assistant", "tool_failed",
+    assert cats == ["system", "user", "assistant", "stale_snapshots", "failed_calls", "tool_failed",
                     "assistant", "tool_ok", "assistant"]
+    failed_args = counter.count_text(messages[4].tool_calls[0].arguments)  # the failed write's arguments
+    assert p["composition"]["failed_calls"] == p["messages"][4]["failed_tokens"] == failed_args > 100
+    assert p["composition"]["tool_failed"] == p["messages"][5]["content_tokens"] < 20
+    assert [w["kind"] for w in p["waste_ranked"]] == ["stale_snapshots", "failed_calls_and_results"]
+    assert p["waste_ranked"][1]["messages"] == [4, 5] and p["waste_ranked"][1]["tools"] == {"write_file": 1}
     assert set(p["by_tool"]) == {"read_file", "write_file"} and min(p["by_tool"].values()) > 0
     assert p["by_tool"]["read_file"] == p["messages"][2]["tokens"] + p["messages"][3]["tokens"]
     assert p["waste"]["stale_snapshots"] == p["messages"][3]["tokens"]
@@ -66,11 +73,33 @@ def test_cli_json_with_two_tokenizers_on_a_jsonl_transcript(tmp_path):
     assert bad.returncode == 2 and "INVALID_JSON" in bad.stderr
 
 
+def rgb(hex_color: str) -> tuple[int, ...]:
+    return tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_failed_calls_are_waste_and_the_terminal_report_leads_with_the_biggest(tmp_path):
+    body = tmp_path / "s.json"
+    body.write_text(json.dumps(make_session(1, chars=120_000)))
+    profiled = json.loads(run("profile", str(body), "--json").stdout)
+    failed = [m for m in profiled["messages"] if m["category"] == "failed_calls"]
+    assert {m["tool"] for m in failed} >= {"write_file"} and all(m["role"] == "assistant" for m in failed)
+    assert profiled["composition"]["failed_calls"] == sum(m["failed_tokens"] for m in failed) > 5000
+    biggest = profiled["waste_ranked"][0]
+    assert biggest["tokens"] == max(w["tokens"] for w in profiled["waste_ranked"]) > 5000
+    out = run("profile", str(body))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith(f"Biggest waste: {biggest['label']}: {biggest['tokens']:,} tokens")
+
+
 def test_html_report_renders_in_headless_chromium(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     Image = pytest.importorskip("PIL.Image")
+    from budgeter.core.profile import LABELS
+    from budgeter.report import COLORS
+
     body = tmp_path / "s.json"
     body.write_text(json.dumps(make_session(1, chars=120_000)))
     page = tmp_path / "r.html"
@@ -78,18 +107,38 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     assert out.returncode == 0, out.stderr
     text = page.read_text()
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    first = json.loads(text.split("id='profile-data'>")[1].split("</script>")[0])[0]
+    biggest = first["waste_ranked"][0]
+    # the biggest waste comes first, before any table or chart
+    assert text.index(f"Biggest waste: {biggest['label']}: <b>{biggest['tokens']:,} tokens") < text.index("<h2>")
+    # the budget and window lines are labelled on the charts, and every colour has a legend
+    budget = first["compaction"]["budget"]
+    assert f">budget {budget:,}</text>" in text and f">window {first['window']:,}</text>" in text
+    assert f">budget {budget:,} (window − reserve)</text>" in text and ">within the budget</text>" in text
+    for cat in {m["category"] for m in first["messages"]}:
+        assert f">{html.escape(LABELS[cat])}</text>" in text, cat
+    # the per-message chart has a scale: 0 and round tick values, and the axis names
+    timeline = text.split('aria-label="tokens per message"')[1].split("</svg>")[0]
+    ticks = [int(t.replace(",", "")) for t in re.findall(r'text-anchor="end">([\d,]+)</text>', timeline)]
+    assert ticks[0] == 0 and len(ticks) >= 3 and ticks[-1] >= max(m["tokens"] for m in first["messages"])
+    assert ">tokens</text>" in timeline and ">message index</text>" in timeline
     shot = tmp_path / "r.png"
     browser = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--window-size=1000,1900", f"--screenshot={shot}", "--enable-logging=stderr", "--v=0",
+         "--window-size=1600,1400", f"--screenshot={shot}", "--enable-logging=stderr", "--v=0",
          f"file://{page}"], capture_output=True, text=True, timeout=120)
     console = [line for line in browser.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], console
     image = Image.open(shot).convert("RGB")
-    colors = {rgb for _, rgb in image.getcolors(maxcolors=1 << 24)}
-    for hex_color in ("#6f42c1", "#198754", "#fd7e14", "#ffc107"):  # composition bars rendered
-        rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-        assert rgb in colors, hex_color
+    colors = {c for _, c in image.getcolors(maxcolors=1 << 24)}
+    for hex_color in ("#6f42c1", "#198754", "#fd7e14", "#ffc107", COLORS["failed_calls"]):
+        assert rgb(hex_color) in colors, hex_color
+    # the first screenful leads with the waste: the failed-calls bar is in the top 250 pixels
+    top = image.crop((0, 0, 1600, 250))
+    assert rgb(COLORS["failed_calls"]) in {c for _, c in top.getcolors(maxcolors=1 << 24)}
+    # the charts use the page width: chart colours right of x=1300 (the old page stopped at 984)
+    right = image.crop((1300, 0, 1600, 1400))
+    assert rgb(COLORS["tool_ok"]) in {c for _, c in right.getcolors(maxcolors=1 << 24)}
 
 
 def test_profile_session_rpc_matches_the_local_profile(client):
