@@ -4,7 +4,9 @@ replicas + nginx as the L7 gRPC balancer (deploy/nginx/grpc.conf with local upst
     python deploy/local_topology.py --replicas 2 [--keep]
 
 Starts everything on free ports, runs a smoke test through nginx (concurrent agents appending
-and building on shared sessions), prints the figures and stops everything (--keep waits for
+and building on shared sessions, each call carrying its session id in ``x-session-id``), checks
+in nginx's log that every session stayed on one replica (session affinity) while calls without a
+session were spread over all of them, prints the figures and stops everything (--keep waits for
 Ctrl-C instead). Needs redis-server and nginx on PATH (Debian: redis-server, nginx-light).
 """
 
@@ -47,7 +49,18 @@ def nginx_config(upstreams: list[int], port: int, workdir: Path) -> str:
     servers = "".join(f"    server 127.0.0.1:{p};\n" for p in upstreams)
     text = text.replace("    server budgeter-1:50051;\n    server budgeter-2:50051;\n", servers)
     text = text.replace("listen 50051", f"listen 127.0.0.1:{port}")
+    text = text.replace("  access_log off;\n", "  log_format affinity '$http_x_session_id $upstream_addr';\n"
+                        f"  access_log {workdir / 'access.log'} affinity;\n")
     return text.replace("/tmp/budgeter-nginx", str(workdir / "nginx"))
+
+
+def placement(log: Path) -> dict[str, set[str]]:
+    """Session id ("-" for calls without one) -> the replicas nginx sent its calls to."""
+    out: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        sid, _, upstream = line.partition(" ")
+        out.setdefault(sid, set()).add(upstream)
+    return out
 
 
 @contextlib.contextmanager
@@ -79,7 +92,7 @@ def topology(replicas: int = 2) -> Iterator[dict]:
         for port in [*ports, lb_port]:
             wait_port(port)
         yield {"target": f"127.0.0.1:{lb_port}", "replicas": ports, "metrics": metrics,
-               "redis": f"redis://127.0.0.1:{redis_port}/0"}
+               "redis": f"redis://127.0.0.1:{redis_port}/0", "log": work / "access.log"}
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
@@ -93,6 +106,7 @@ def topology(replicas: int = 2) -> Iterator[dict]:
 
 def smoke(target: str, agents: int = 8, turns: int = 10) -> dict:
     sys.path.insert(0, str(HERE.parent))
+    from budgeter.affinity import affinity_channel
     from budgeter.client import Client
 
     deadline = time.monotonic() + 90
@@ -110,7 +124,7 @@ def smoke(target: str, agents: int = 8, turns: int = 10) -> dict:
 
     def agent(a: int) -> None:
         try:
-            with Client(target, timeout=30) as c:
+            with Client(channel=affinity_channel(target), timeout=30) as c:
                 s = c.create_session(window=8192)
                 for t in range(turns):
                     t0 = time.perf_counter()
@@ -118,6 +132,7 @@ def smoke(target: str, agents: int = 8, turns: int = 10) -> dict:
                     p = s.prompt()
                     latencies.append((time.perf_counter() - t0) * 1000)
                     assert p.tokens <= p.budget and len(p.messages) == t + 1
+                    assert t == 0 or p.extends_previous  # same replica: the prefix it sent before
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
 
@@ -144,6 +159,13 @@ def main() -> None:
         print(f"nginx {topo['target']} -> {len(topo['replicas'])} replicas on {topo['redis']}: "
               f"{result['turns']} turns (append + build) in {result['seconds']:.2f} s, "
               f"p50 {result['p50_ms']:.1f} ms, max {result['max_ms']:.1f} ms")
+        time.sleep(0.5)  # nginx writes its log line after the response
+        placed = placement(topo["log"])
+        unpinned = placed.pop("-", set())
+        pinned = sum(1 for replicas in placed.values() if len(replicas) == 1)
+        print(f"session affinity: {pinned} of {len(placed)} sessions on one replica each, "
+              f"{len({r for rs in placed.values() for r in rs})} replicas used; calls without a "
+              f"session went to {len(unpinned)} replicas")
         if args.keep:
             print("running; Ctrl-C stops everything")
             with contextlib.suppress(KeyboardInterrupt):
