@@ -196,3 +196,30 @@ def test_plan_edits_writes_nothing_unless_every_edit_applied(tmp_path):
     assert newer.read_text() == "newer work, not to be overwritten\n"
     out = run("plan-edits", str(tmp_path / "edits.json"), "--output", str(tmp_path / "absent.py"))
     assert out.returncode == 1 and not (tmp_path / "absent.py").exists()
+
+
+def test_readme_trim_examples_run_as_written(body_file, tmp_path):
+    """The README's `budgeter trim` block, line by line in a shell (lines needing ../shared skip)."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## `budgeter trim`")[1].split("```bash\n")[1].split("```")[0]
+    body = {**json.loads(body_file.read_text()), "model": "local", "temperature": 0.2}
+    (tmp_path / "request.json").write_text(json.dumps(body))
+    bindir = Path(sys.executable).parent
+    assert shutil.which("budgeter", path=str(bindir)), "the budgeter script is installed beside python"
+    ran = 0
+    for line in block.splitlines():
+        command = line.split("  #")[0].strip()
+        if not command or "../shared" in command:
+            continue
+        out = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)})
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stderr)
+        ran += 1
+        if re.search(r"> trimmed.json$", command):
+            trimmed = json.loads((tmp_path / "trimmed.json").read_text())
+            assert trimmed["model"] == "local" and trimmed["temperature"] == 0.2 and "report" not in trimmed
+    assert ran >= 4 and json.loads((tmp_path / "report.json").read_text())["tokens_after"] > 0
