@@ -178,7 +178,9 @@ def validate(input: Annotated[str, typer.Argument(help=(
         fail("INVALID_INPUT", "tools must be a list")
     verdict = validate_tool_call(ToolCall(str(call.get("id", "")), fn["name"], arguments), tools,
                                  finish_reason=body.get("finish_reason"))
-    emit(verdict.as_dict(), ok=verdict.runnable)
+    from budgeter.shapes import verdict_of
+
+    emit(verdict_of(verdict, id=str(call.get("id", "")), name=fn["name"]), ok=verdict.runnable)
 
 
 def describe(value: Any) -> str:

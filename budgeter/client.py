@@ -35,6 +35,7 @@ from budgeter.core.messages import from_openai, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.service.convert import message_from_pb, message_to_pb
 from budgeter.service.errors import error_info
+from budgeter.shapes import append_from_pb, report_from_pb, verdict_from_pb
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 
@@ -201,8 +202,7 @@ class Client:
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
             messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
         response = (yield from self._rpc("AppendMessages", request, retries=self.retries))
-        return MessageToDict(response, preserving_proto_field_name=True,
-                             always_print_fields_with_no_presence=True)
+        return append_from_pb(response, _arguments(request.messages))
 
     @operation
     def prompt(self, session_id: str, *, append: Sequence[Mapping[str, Any]] = (),
@@ -216,11 +216,9 @@ class Client:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
         r = (yield from self._rpc("BuildPrompt", request, retries=self.retries))
         body = json.loads(r.body_json)
-        appended = (MessageToDict(r.appended, preserving_proto_field_name=True,
-                                  always_print_fields_with_no_presence=True) if append else None)
+        appended = append_from_pb(r.appended, _arguments(request.messages)) if append else None
         return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
-                      r.extends_previous, r.prefix_changed_at,
-                      MessageToDict(r.report, preserving_proto_field_name=True), appended)
+                      r.extends_previous, r.prefix_changed_at, report_from_pb(r.report), appended)
 
     @operation
     def payload(self, session_id: str, handle: str) -> Op[str]:
@@ -248,11 +246,8 @@ class Client:
             tools_json=json.dumps(list(tools), ensure_ascii=False) if tools else "",
             tool_call=pb.ToolCall(id=str(tool_call.get("id", "")), name=str(fn.get("name", "")),
                                   arguments=str(fn.get("arguments", ""))))
-        out = MessageToDict((yield from self._rpc("ValidateToolCall", request)), preserving_proto_field_name=True,
-                            always_print_fields_with_no_presence=True)
-        if "repeat_of_index" in out:
-            out["repeat_of_index"] = int(out["repeat_of_index"])
-        return out
+        response = yield from self._rpc("ValidateToolCall", request)
+        return verdict_from_pb(response, id=request.tool_call.id, name=request.tool_call.name)
 
     @operation
     def suggest_path(self, content: str, *, session_id: str = "", tool: str = "") -> Op[dict[str, Any]]:
@@ -367,6 +362,10 @@ class SessionHandle:
 
     def events(self) -> list[dict[str, Any]]:
         return self.client.events(self.id)
+
+
+def _arguments(messages: Sequence[pb.Message]) -> dict[str, str]:
+    return {c.id: c.arguments for m in messages for c in m.tool_calls}
 
 
 def messages_of(response: pb.BuildPromptResponse) -> list[dict[str, Any]]:

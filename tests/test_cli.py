@@ -39,7 +39,8 @@ def test_trim_with_default_tokenizer(body_file, tmp_path):
 
 
 def test_trim_with_shared_qwen3(body_file, qwen3_path):
-    _check(run("trim", str(body_file), "--tokenizer", qwen3_path, "--report", "-"), 30720)
+    _check(run("trim", str(body_file), "--tokenizer", qwen3_path, "--window", "16384", "--reserve", "1024",
+               "--report", "-"), 15360)
 
 
 def test_trim_output_is_the_request_with_compacted_messages(body_file, tmp_path):
@@ -143,7 +144,7 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
 
     assert stale_steps() == []
     named = stale_steps("--reads", "cat", "--writes", "save")
-    assert [a["index"] for a in named[0]["items"]] == [3]
+    assert [a["index"] for a in named[0]["actions"]] == [3]
     out = run("trim", str(body), "--shrink-min-chars", "10")
     assert out.returncode == 2 and "INVALID_INPUT" in out.stderr and "shrink_min_chars" in out.stderr
 

@@ -40,6 +40,19 @@ class PieceCounter:
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
 
+    def tokens_before(self, text: str, chars: int) -> int:
+        """Tokens of the pieces of ``text`` that end at or before ``chars`` (a piece cut by that
+        position is not counted: its tokens may change). Pieces are cached from counting ``text``."""
+        if self._split is None:
+            return self._pieces([text]) if chars >= len(text) else 0
+        total = at = 0
+        for k, part in enumerate(self._split(text)):
+            at += len(part)
+            if at > chars:
+                break
+            total += 1 if k % 2 else self._pieces([part])
+        return total
+
     def ordinary(self, text: str) -> list[str]:
         """The non-empty pieces between special tokens, in order."""
         if self._split is None:
@@ -118,6 +131,13 @@ class TemplateCounter:
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.pieces.count(self.render(messages, tools))
 
+    def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> tuple[int, str]:
+        text = self.render(messages, tools)
+        return self.pieces.count(text), text
+
+    def tokens_before(self, text: str, chars: int) -> int:
+        return self.pieces.tokens_before(text, chars)
+
     def count_text(self, text: str) -> int:
         return self.pieces.count(text)
 
@@ -158,3 +178,26 @@ class TemplateCounter:
             text = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
             return self.pieces.count(text) + 8
         return self.pieces.count(text)
+
+
+def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict]) -> tuple[int, str]:
+    """``count_prompt`` plus the text it counted; '' for counters whose encoding has no text form
+    (mistral-common encodes the request itself)."""
+    fn = getattr(counter, "count_rendered", None)
+    if fn is not None:
+        return fn(messages, tools)  # type: ignore[no-any-return]
+    return counter.count_prompt(messages, tools), ""
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (binary search over C-level compares)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

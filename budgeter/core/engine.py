@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.facts import Facts, facts_of
+from budgeter.core.counting import shared_prefix
+from budgeter.core.facts import Facts, History
+from budgeter.core.markers import contains_marker, handles_in
 from budgeter.core.messages import Message, to_openai
-from budgeter.core.pipeline import Context, Item, StepReport, View
+from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
-from budgeter.core.steps import ALWAYS, COMPACT, cut_oversize, drop_until
+from budgeter.core.steps import ALWAYS, COMPACT
 from budgeter.core.typing import JSONDict, PromptCounter
-from budgeter.errors import InvalidInput, PinnedOverBudget
+from budgeter.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +43,27 @@ class BuildResult:
     prefix_changed_at: int
     steps: tuple[StepReport, ...]
     payloads: dict[str, str] = field(default_factory=dict)
+    """Payloads elided by this build's steps, by handle (the store keeps the new ones)."""
     notes: tuple[str, ...] = ()
+    handles: tuple[str, ...] = ()
+    """Every handle that appears in the returned prompt (each resolves to its elided payload)."""
+    cache_break_tokens: int = 0
+    """Prompt tokens before the first change against the previous prompt: what a server can reuse."""
+
+    @property
+    def reread_tokens(self) -> int:
+        """Prompt tokens after the first change: what the inference server must read again."""
+        return self.tokens - self.cache_break_tokens
 
     def report(self) -> dict[str, Any]:
         return {
             "tokens_before": self.tokens_before, "tokens_after": self.tokens, "budget": self.budget,
             "fits": self.tokens <= self.budget, "compacted": self.compacted,
             "extends_previous": self.extends_previous, "prefix_changed_at": self.prefix_changed_at,
+            "cache_break_at": self.prefix_changed_at, "cache_break_tokens": self.cache_break_tokens,
+            "reread_tokens": self.reread_tokens,
             "steps": [s.as_dict() for s in self.steps if s.actions or s.tokens_before != s.tokens_after],
-            "handles": sorted(self.payloads), "notes": list(self.notes),
+            "handles": list(self.handles), "notes": list(self.notes),
         }
 
     def openai_messages(self) -> list[dict[str, Any]]:
@@ -66,95 +80,92 @@ class Session:
             raise InvalidInput(f"policy.{field_} {why}", field=f"policy.{field_}")
         self.counter = counter
         self.tools = list(tools)
-        self.history: list[Message] = []
-        self.facts: list[Facts] = []
+        self.log = History(self.policy, self.tools)
         self.payloads: dict[str, str] = {}
         self.superseded: dict[str, int] = {}
         self._plan: View = ()
         self._planned = 0
         self._last: tuple[Message, ...] = ()
+        self._last_text = ""
+
+    @property
+    def history(self) -> list[Message]:
+        return self.log.messages
+
+    @property
+    def facts(self) -> list[Facts]:
+        return self.log.facts
 
     def append(self, messages: Sequence[Message]) -> list[AppendInfo]:
         out = []
         for m in messages:
-            self.history.append(m)
-            self.facts.append(facts_of(m, self.policy))
-            out.append(AppendInfo(len(self.history) - 1, self.counter.message_cost(m), self.facts[-1]))
+            facts = self.log.append(m)
+            out.append(AppendInfo(len(self.log) - 1, self.counter.message_cost(m), facts))
         return out
 
     def supersede(self, path: str, *, at: int | None = None) -> None:
         """Declare every snapshot of ``path`` read before history index ``at`` (default: so far)
         stale, as edits were planned against it; the next compaction stubs them."""
-        self.superseded[path] = len(self.history) if at is None else at
+        self.superseded[path] = len(self.log) if at is None else at
 
     def build(self) -> BuildResult:
-        ctx = Context(self.counter, self.tools, self.policy, self.history, self.facts,
+        ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
                       superseded=self.superseded)
-        view = self._plan + tuple(Item(i, self.history[i]) for i in range(self._planned, len(self.history)))
-        steps: list[StepReport] = []
-        for step in ALWAYS:
-            view, report = step(view, ctx)
-            steps.append(report)
-        total = before = ctx.exact(view)
-        compacted = total > self.policy.budget
+        view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
+        view, steps = run(ALWAYS, view, ctx)
+        before = ctx.exact(view)
+        compacted = before > self.policy.budget
         if compacted:
-            view, total = self._compact(view, ctx, steps)
+            view, more = run(COMPACT, view, ctx)
+            steps += more
         self.payloads.update(ctx.payloads)
-        self._plan = tuple(i for i in view if i.kind != "synthetic")
-        self._planned = len(self.history)
-        return self._result(view, total, before, compacted, steps, ctx)
+        self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
+        self._planned = len(self.log)
+        return self._result(view, before, compacted, steps, ctx)
 
-    def _compact(self, view: View, ctx: Context, steps: list[StepReport]) -> tuple[View, int]:
-        for step in COMPACT:
-            view, report = step(view, ctx)
-            steps.append(report)
-        total = ctx.exact(view)
-        for _ in range(64):
-            if total <= self.policy.budget:
-                break
-            smaller, report = drop_until(view, ctx, ctx.estimate(view) - (total - self.policy.budget) - 1)
-            if smaller == view:
-                self._check_pinned(view, ctx, total)
-                smaller, report = cut_oversize(view, ctx, total - self.policy.budget)
-                if smaller == view:
-                    break  # nothing left that can shrink
-            view = smaller
-            steps.append(report)
-            total = ctx.exact(view)
-        if total > self.policy.budget:
-            self._check_pinned(view, ctx, total, force=True)
-        return view, total
-
-    def _check_pinned(self, view: View, ctx: Context, total: int, *, force: bool = False) -> None:
-        system = [i for i in view if i.message.role == "system"]
-        pinned = ctx.counter.count_prompt([i.message for i in system], self.tools) if system else 0
-        if pinned > self.policy.budget or force:
-            names = [f"system message #{i.index} ({ctx.cost(i.message)} tokens)" for i in system]
-            if force and pinned <= self.policy.budget:
-                names += [f"{i.message.role} message #{i.index} ({ctx.cost(i.message)} tokens)"
-                          for i in view if i.message.role != "system"][:6]
-            what = f"what must be kept needs {total}" if force else f"pinned content alone needs {pinned}"
-            if self.tools:
-                names.append(f"{len(self.tools)} tool schemas")
-            raise PinnedOverBudget(
-                f"{what} tokens; budget is {self.policy.budget}: "
-                + (", ".join(names) or "nothing pinned"),
-                metadata={"pinned_tokens": pinned, "budget": self.policy.budget, "prompt_tokens": total},
-            )
-
-    def _result(self, view: View, total: int, before: int, compacted: bool,
-                steps: list[StepReport], ctx: Context) -> BuildResult:
+    def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
+                ctx: Context) -> BuildResult:
         messages = tuple(i.message for i in view)
         last = self._last
         same = next((k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a != b),
                     min(len(last), len(messages)))
         extends = bool(last) and same == len(last)
-        self._last = messages
-        return BuildResult(messages, total, self.policy.budget, before, compacted, extends,
-                           same if not extends else len(last), tuple(steps),
-                           ctx.payloads,
-                           self.counter.notes)
+        reuse = self._reusable_tokens(messages, same, ctx)
+        self._last, self._last_text = messages, ctx.text
+        return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
+                           same if not extends else len(last), tuple(steps), ctx.payloads,
+                           self.counter.notes, prompt_handles(messages), reuse)
+
+    def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
+        if not self._last:
+            return 0
+        if ctx.text and self._last_text:
+            return self.counter_tokens_before(ctx.text, shared_prefix(self._last_text, ctx.text))
+        return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
+
+    def counter_tokens_before(self, text: str, chars: int) -> int:
+        fn = getattr(self.counter, "tokens_before", None)
+        return fn(text, chars) if fn is not None else 0
+
+
+_handles_memo: dict[Message, tuple[str, ...]] = {}
+
+
+def message_handles(m: Message) -> tuple[str, ...]:
+    """Handles in one message's markers (memoized: prompts repeat the previous prompt's messages)."""
+    found = _handles_memo.get(m)
+    if found is None:
+        texts = [m.content, *(c.arguments for c in m.tool_calls)]
+        found = tuple(h for t in texts if contains_marker(t) for h in handles_in(t))
+        if len(_handles_memo) > 100_000:
+            _handles_memo.clear()
+        _handles_memo[m] = found
+    return found
+
+
+def prompt_handles(messages: Sequence[Message]) -> tuple[str, ...]:
+    return tuple(sorted({h for m in messages for h in message_handles(m)}))
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),

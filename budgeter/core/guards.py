@@ -8,15 +8,15 @@ copied into the arguments, and whether an identical call already failed in the s
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.classify import FileOp, ResultStatus
-from budgeter.core.facts import Facts
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
-from budgeter.core.messages import Message, ToolCall
+from budgeter.core.messages import ToolCall
 from budgeter.core.sniff import PathSuggestion, suggest_path
 from budgeter.core.typing import JSONDict
 
@@ -42,6 +42,8 @@ class CallVerdict:
     repeat_of: int | None = None
     """History index of an identical call that already failed."""
     repeat_error: str = ""
+    value: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The parsed arguments for VALID and REPAIRED."""
 
     @property
     def runnable(self) -> bool:
@@ -78,7 +80,7 @@ def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
         problems.append(Problem("REPEATED_FAILURE", "", f"identical to call #{earlier[0]}, "
                                 f"which failed: {earlier[1]}"))
     return CallVerdict(verdict.status, canonical, verdict.repair, verdict.detail, tuple(problems),
-                       earlier[0] if earlier else None, earlier[1] if earlier else "")
+                       earlier[0] if earlier else None, earlier[1] if earlier else "", value)
 
 
 def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:
@@ -90,17 +92,28 @@ def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:
     return None
 
 
-def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
+@functools.lru_cache(maxsize=512)
+def _validator(schema_text: str) -> Any:
+    """A checked validator per distinct schema (checking a schema costs more than using it);
+    a string when the schema itself is invalid."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
+    schema = json.loads(schema_text)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {exc.message}")]
+        return exc.message
+    return Draft202012Validator(schema)
+
+
+def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if isinstance(validator, str):
+        return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {validator}")]
     try:
         out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
-               for e in Draft202012Validator(schema).iter_errors(value)]
+               for e in validator.iter_errors(value)]
     except RecursionError:
         return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
     props = schema.get("properties") or {}
@@ -131,27 +144,6 @@ def string_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
             stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(v.items()))
         elif isinstance(v, list):
             stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
-
-
-def failed_calls(history: Sequence[Message], facts: Sequence[Facts]) -> dict[FailureKey, tuple[int, str]]:
-    """(tool name, canonical arguments) -> (index of the first failed call, first line of its error)."""
-    results = {m.tool_call_id: (i, m.content) for i, m in enumerate(history) if m.role == "tool"}
-    out: dict[FailureKey, tuple[int, str]] = {}
-    for i, (m, f) in enumerate(zip(history, facts, strict=True)):
-        for call, cf in zip(m.tool_calls, f.calls, strict=False):
-            found = results.get(call.id)
-            if found is None or facts[found[0]].result is not ResultStatus.ERROR:
-                continue
-            value = cf.verdict.value
-            key = (call.name, dumps(value) if value is not None else call.arguments)
-            first_line = next((ln for ln in found[1].splitlines() if ln.strip()), "")[:200]
-            out.setdefault(key, (i, first_line))
-    return out
-
-
-def html_pages_written(facts: Sequence[Facts]) -> int:
-    return sum(1 for f in facts for c in f.calls
-               if c.op is FileOp.WRITE and c.path.lower().endswith((".html", ".htm")))
 
 
 def rescue_path(content: str, *, html_pages_seen: int = 0) -> PathSuggestion:

@@ -216,41 +216,58 @@ def why_invalid(text: str) -> str:
     return f"JSON {kind}, not an object; send the arguments as one JSON object"
 
 
-def complete_members(text: str) -> dict[str, Any]:
-    """The top-level members of a cut or broken object whose values parsed completely."""
+def complete_members(text: str) -> tuple[dict[str, Any], str]:
+    """The top-level members of a cut or broken object whose values closed before the cut, and
+    the name of the member the cut (or the break) fell in ('' when none).
+
+    A value counts as closed only when a ``,`` or ``}`` follows it: a number, literal or string
+    at the very end of a cut text may have been shortened (``"lines": 12`` of ``120``, ``3.`` of
+    ``3.5``), so it is never kept as if complete."""
     decoder = json.JSONDecoder()
     out: dict[str, Any] = {}
     i = text.find("{")
     if i < 0:
-        return out
+        return out, ""
     i += 1
     ws = re.compile(r"[\s,]*")
+    space = re.compile(r"\s*")
     while True:
         i = ws.match(text, i).end()  # type: ignore[union-attr]
+        if i >= len(text) or text[i] == "}":
+            return out, ""
         try:
             key, i = decoder.raw_decode(text, i)
-            i = ws.match(text, i).end()  # type: ignore[union-attr]
-            if not isinstance(key, str) or text[i : i + 1] != ":":
-                return out
-            i = re.compile(r"\s*").match(text, i + 1).end()  # type: ignore[union-attr]
+        except (ValueError, RecursionError):
+            return out, "a cut key"
+        if not isinstance(key, str):
+            return out, "a bad key"
+        i = space.match(text, i).end()  # type: ignore[union-attr]
+        if text[i : i + 1] != ":":
+            return out, key
+        i = space.match(text, i + 1).end()  # type: ignore[union-attr]
+        try:
             value, i = decoder.raw_decode(text, i)
-        except (ValueError, RecursionError, IndexError):
-            return out
+        except (ValueError, RecursionError):
+            return out, key
+        i = space.match(text, i).end()  # type: ignore[union-attr]
+        if text[i : i + 1] not in (",", "}"):
+            return out, key  # nothing closed the value: it may be cut short
         out[key] = value
 
 
 STAND_IN_KEY = "_budgeter"
 
 
-def stand_in(text: str, verdict: ArgVerdict) -> tuple[str, str]:
+def stand_in(text: str, verdict: Any) -> tuple[str, str]:
     """Valid JSON for TRUNCATED/INVALID arguments: the complete fields, plus a marker field that
     says it is a stand-in and where the original went. Returns (json_text, handle)."""
     handle = handle_for(text)
-    kept = complete_members(text)
+    kept, cut = complete_members(text)
     note = marker(
         "stand_in",
         f"{verdict.status.value.lower()} arguments",
         fmt_chars(len(text)),
+        "" if not cut else f"{cut} dropped" if cut.startswith("a ") else f"member {cut!r} dropped",
         "not executed",
         f"h={handle}",
     )

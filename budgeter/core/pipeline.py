@@ -7,14 +7,32 @@ and record every payload they elide in ``ctx.payloads`` under its handle.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
-from budgeter.core.facts import Facts
+from budgeter.core.counting import count_rendered
+from budgeter.core.facts import Facts, History
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
-from budgeter.core.typing import JSONDict, PromptCounter
+from budgeter.core.typing import CompactionStep, JSONDict, PromptCounter
+
+
+class Kind(StrEnum):
+    """What an item of a view is, relative to the history message it stands for."""
+
+    RAW = "raw"
+    REPAIRED = "repaired"
+    STAND_IN = "stand_in"
+    STUB = "stub"
+    STALE = "stale"
+    SHRUNK = "shrunk"
+    REPEATED = "repeated"
+    DIGEST = "digest"
+    SYNTHETIC = "synthetic"
+    ORPHAN = "orphan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,8 +40,7 @@ class Item:
     index: int
     """History position this item stands for (for a digest: the first dropped message)."""
     message: Message
-    kind: str = "raw"
-    """raw | repaired | stand_in | stub | stale | shrunk | digest | synthetic | orphan"""
+    kind: Kind = Kind.RAW
     covers: tuple[int, ...] = ()
     """For a digest: every history index it replaces."""
 
@@ -55,10 +72,12 @@ class StepReport:
     tokens_before: int
     tokens_after: int
     actions: tuple[Action, ...] = ()
+    ms: float = 0.0
+    """Time the step took (set by ``run``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"step": self.step, "tokens_before": self.tokens_before,
-                "tokens_after": self.tokens_after, "items": [a.as_dict() for a in self.actions]}
+                "tokens_after": self.tokens_after, "actions": [a.as_dict() for a in self.actions]}
 
 
 @dataclass
@@ -66,18 +85,34 @@ class Context:
     counter: PromptCounter
     tools: Sequence[JSONDict]
     policy: Policy
-    history: Sequence[Message]
-    facts: Sequence[Facts]
+    log: History
     target: int
     payloads: dict[str, str] = field(default_factory=dict)
+    """Every payload a step elided in this build, by handle."""
     superseded: dict[str, int] = field(default_factory=dict)
     """path -> history length when the caller declared snapshots of it stale (PlanEdits)."""
+    total: int = 0
+    """The exact count of the view as the last ``exact`` call (or the fit step) left it."""
+    text: str = ""
+    """The rendered prompt that ``total`` counted ('' where the encoding has no text form)."""
     _delta: int = 0
 
+    @property
+    def history(self) -> Sequence[Message]:
+        return self.log.messages
+
+    @property
+    def facts(self) -> Sequence[Facts]:
+        return self.log.facts
+
+    @property
+    def budget(self) -> int:
+        return self.policy.budget
+
     def exact(self, view: View) -> int:
-        total = self.counter.count_prompt([i.message for i in view], self.tools)
-        self._delta = total - self._sum(view)
-        return total
+        self.total, self.text = count_rendered(self.counter, [i.message for i in view], self.tools)
+        self._delta = self.total - self._sum(view)
+        return self.total
 
     def estimate(self, view: View) -> int:
         """Planning estimate: cached per-message costs plus the template's context overhead as
@@ -90,6 +125,16 @@ class Context:
     def _sum(self, view: View) -> int:
         cost = self.counter.message_cost
         return sum(cost(i.message) for i in view)
+
+
+def run(steps: Sequence[CompactionStep], view: View, ctx: Context) -> tuple[View, list[StepReport]]:
+    """Run steps in order; each report carries the time its step took."""
+    reports = []
+    for step in steps:
+        started = time.perf_counter()
+        view, report = step(view, ctx)
+        reports.append(replace(report, ms=(time.perf_counter() - started) * 1000))
+    return view, reports
 
 
 def units(view: View) -> list[list[int]]:
@@ -109,7 +154,7 @@ def units(view: View) -> list[list[int]]:
 
 def protected_positions(view: View, policy: Policy) -> set[int]:
     """System messages, the first user message, digests and the protected tail."""
-    keep = {p for p, i in enumerate(view) if i.message.role == "system" or i.kind == "digest"}
+    keep = {p for p, i in enumerate(view) if i.message.role == "system" or i.kind is Kind.DIGEST}
     first_user = next((p for p, i in enumerate(view) if i.message.role == "user"), None)
     if first_user is not None:
         keep.add(first_user)
@@ -118,5 +163,5 @@ def protected_positions(view: View, policy: Policy) -> set[int]:
     return keep
 
 
-def with_message(item: Item, message: Message, kind: str) -> Item:
+def with_message(item: Item, message: Message, kind: Kind) -> Item:
     return replace(item, message=message, kind=kind)

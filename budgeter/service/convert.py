@@ -17,6 +17,7 @@ from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
+from budgeter.service.model import CallInfo
 from budgeter.service.sessions import AppendResult, CountResult, SessionInfo, external_id
 from budgeter.v1 import budgeter_pb2 as pb
 
@@ -161,11 +162,18 @@ def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
         messages=[pb.AppendedMessage(
             index=a.index, tokens=a.tokens,
             result_status=RESULT.get(a.result or "", pb.RESULT_STATUS_UNSPECIFIED),
-            tool_calls=[pb.ToolCallVerdict(
-                id=cid, name=name, status=ARG_STATUS[status], detail=detail,
-                runnable=status in ("VALID", "REPAIRED"), file_operation=FILE_OP[op], path=path)
-                for cid, name, status, detail, op, path in a.calls])
+            tool_calls=[call_to_pb(c) for c in a.calls])
             for a in r.messages])
+
+
+def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
+    out = pb.ToolCallVerdict(
+        id=c.id, name=c.name, status=ARG_STATUS[c.status], detail=c.detail, runnable=c.runnable,
+        file_operation=FILE_OP[c.operation], path=c.path, repeat_error=c.repeat_error,
+        problems=[pb.Problem(code=code, field=field, message=message) for code, field, message in c.problems])
+    if c.repeat_of is not None:
+        out.repeat_of_index = c.repeat_of
+    return out
 
 
 def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
@@ -181,7 +189,8 @@ def build_to_pb(result: BuildResult, info: SessionInfo, view: int = pb.PROMPT_VI
     report = pb.BuildReport(
         tokens_before=result.tokens_before, tokens_after=result.tokens,
         fits=result.tokens <= result.budget, compacted=result.compacted,
-        handles=sorted(result.payloads), notes=list(result.notes),
+        handles=list(result.handles), notes=list(result.notes), cache_break_at=result.prefix_changed_at,
+        cache_break_tokens=result.cache_break_tokens, reread_tokens=result.reread_tokens,
         steps=[pb.StepReport(step=s.step, tokens_before=s.tokens_before, tokens_after=s.tokens_after,
                              actions=[pb.CompactionAction(index=a.index, action=a.what, detail=a.detail,
                                                           handle=a.handle, tokens_saved=a.tokens_saved)

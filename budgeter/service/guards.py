@@ -13,8 +13,6 @@ from typing import Any
 from budgeter.core.edits import Edit, EditPlan, plan_edits, strip_line_numbers
 from budgeter.core.guards import (
     CallVerdict,
-    failed_calls,
-    html_pages_written,
     rescue_path,
     validate_tool_call,
 )
@@ -41,7 +39,7 @@ class Guards:
         if session:
             live = self.sessions.live(session)
             with live.lock:
-                failures = failed_calls(live.engine.history, live.engine.facts)
+                failures = live.engine.log.failures_except(call.id)
                 tools = tools or live.info.config.tools
         verdict = validate_tool_call(call, tools, finish_reason=finish_reason, failures=failures)
         if session:
@@ -57,7 +55,7 @@ class Guards:
         if session:
             live = self.sessions.live(session)
             with live.lock:
-                pages = html_pages_written(live.engine.facts)
+                pages = len(live.engine.log.html_writes)
         suggestion = rescue_path(content, html_pages_seen=pages)
         if session:
             self._record(session, {"kind": "path_rescued", "tool": tool, "path": suggestion.path,

@@ -4,9 +4,12 @@ and tenant-scoped session ids. No protobuf here; ``convert.py`` maps these to me
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
+from budgeter.core.facts import CallFacts
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -56,11 +59,69 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """The record codec of one history message in a store: the message as OpenAI JSON (with
+    budgeter's extensions), and its token count and piece counts under the tokenizer spec that
+    made them, so another replica imports them instead of tokenizing."""
+
+    message_json: str
+    spec: str
+    tokens: int
+    pieces: Sequence[int] = ()
+
+    def encode(self) -> str:
+        return (f'{{"m": {self.message_json}, "t": {dumps_text(self.spec)}, "n": {self.tokens}, '
+                f'"p": {dumps_text(list(self.pieces))}}}')
+
+    @staticmethod
+    def decode(text: str) -> tuple[Any, str, int, list[int]]:
+        """(the message dict, spec, tokens, piece counts)."""
+        raw = json.loads(text)
+        return raw["m"], raw.get("t", ""), int(raw.get("n", 0)), raw.get("p") or []
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """One tool call's verdict as an append returns it: ``validate_tool_call``'s, with the file
+    operation; stored with the append's result so that a replayed append returns it again."""
+
+    id: str
+    name: str
+    status: str
+    detail: str
+    runnable: bool
+    operation: str
+    path: str
+    problems: tuple[tuple[str, str, str], ...] = ()
+    """(code, field, message) per problem."""
+    repeat_of: int | None = None
+    repeat_error: str = ""
+
+    @classmethod
+    def of(cls, cf: CallFacts) -> CallInfo:
+        v = cf.verdict
+        return cls(cf.id, cf.name, v.status.value, v.detail or v.repair, v.runnable, cf.op.value, cf.path,
+                   tuple((p.code, p.field, p.message) for p in v.problems), v.repeat_of, v.repeat_error)
+
+    def to_list(self) -> list[Any]:
+        return [self.id, self.name, self.status, self.detail, self.runnable, self.operation, self.path,
+                [list(p) for p in self.problems], self.repeat_of, self.repeat_error]
+
+    @classmethod
+    def from_list(cls, raw: list[Any]) -> CallInfo:
+        if len(raw) == 6:  # stored before verdicts carried problems: (id, name, status, detail, op, path)
+            cid, name, status, detail, op, path = raw
+            return cls(cid, name, status, detail, status in ("VALID", "REPAIRED"), op, path)
+        cid, name, status, detail, runnable, op, path, problems, repeat_of, repeat_error = raw
+        return cls(cid, name, status, detail, bool(runnable), op, path,
+                   tuple(tuple(p) for p in problems), repeat_of, repeat_error)  # type: ignore[misc]
+
+
+@dataclass(frozen=True, slots=True)
 class Appended:
     index: int
     tokens: int
-    calls: tuple[tuple[str, str, str, str, str, str], ...]
-    """(id, name, argument status, detail, file operation, path) per tool call."""
+    calls: tuple[CallInfo, ...]
     result: str | None
 
 

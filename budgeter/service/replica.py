@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from budgeter.core.engine import Session
 from budgeter.core.messages import from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
-from budgeter.service.model import SessionInfo
+from budgeter.service.model import SessionInfo, StoredMessage
 from budgeter.service.profiles import Profiles
 from budgeter.store.base import SessionRecord, SessionStore
 
@@ -115,10 +115,10 @@ class Replica:
         messages = []
         with self.profiles.lock(cfg.tokenizer):
             for text in records:
-                raw = json.loads(text)
-                m = from_openai(raw["m"])
-                if raw.get("t") == cfg.spec:
-                    counter.import_cost(m, raw["n"], raw.get("p") or ())
+                raw, spec, tokens, pieces = StoredMessage.decode(text)
+                m = from_openai(raw)
+                if spec == cfg.spec:
+                    counter.import_cost(m, tokens, pieces)
                 messages.append(m)
             live.engine.append(messages)
         live.version += len(records)

@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any
 
 from budgeter.core.engine import BuildResult, Session
-from budgeter.core.facts import Facts, facts_of
 from budgeter.core.jsonargs import dumps_text, escape_surrogates
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
@@ -32,10 +31,12 @@ from budgeter.service.model import (
     TENANT,
     Appended,
     AppendResult,
+    CallInfo,
     CountResult,
     Limits,
     SessionConfig,
     SessionInfo,
+    StoredMessage,
     external_id,
     make_etag,
     parse_etag,
@@ -106,34 +107,37 @@ class Sessions:
         sid = session_id_of(name)
         texts = [dumps_text(to_openai(m, extensions=True)) for m in messages]  # serialized once
         self.check_sizes([len(t.encode()) for t in texts])
-        for attempt in range(2):
-            info = self.replica.info(sid, fresh=attempt > 0)
+        for _ in range(2):
+            live = self.replica.sync(sid)  # the verdicts need the session's tools and earlier failures
             try:
-                return self._append(info, messages, texts, request_id, etag)
+                return self._append(live, messages, texts, request_id, etag)
             except StaleIncarnation:
                 self.replica.forget(sid)
         raise EtagMismatch("the session was replaced while appending; retry",
                            metadata={"session": sid})
 
-    def _append(self, info: SessionInfo, messages: Sequence[Message], texts: Sequence[str],
+    def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str],
                 request_id: str, etag: str) -> AppendResult:
         """``texts``: each message as stored JSON; the record wraps it with its counts."""
+        info = live.info
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
         records, results = [], []
-        spec = dumps_text(cfg.spec)
+        with live.lock:
+            facts = live.engine.log.preview(messages)
         with self.profiles.lock(cfg.tokenizer):
-            for m, text in zip(messages, texts, strict=True):
+            for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
-                records.append(f'{{"m": {text}, "t": {spec}, "n": {cost}, "p": {dumps_text(pieces)}}}')
-                results.append([cost, *describe(facts_of(m, cfg.policy))])
+                records.append(StoredMessage(text, cfg.spec, cost, pieces).encode())
+                results.append([cost, [CallInfo.of(c).to_list() for c in f.calls],
+                                f.result.value if f.result is not None else None])
         expected = parse_etag(etag, info.record.incarnation) if etag else None
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
             fingerprint=fingerprint(texts), result=dumps_text(results),
             expected_version=expected)
         stored = json.loads(outcome.result)
-        appended = tuple(Appended(outcome.first_index + i, cost, tuple(map(tuple, calls)), result)
+        appended = tuple(Appended(outcome.first_index + i, cost, tuple(CallInfo.from_list(c) for c in calls), result)
                          for i, (cost, calls, result) in enumerate(stored))
         return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
                             outcome.version, outcome.replayed, cfg.tokenizer)
@@ -175,7 +179,7 @@ class Sessions:
         base = policy_to_dict(live.engine.policy)
         policy = policy_from_dict({**base, **overrides})
         temp = Session(live.engine.counter, policy=policy, tools=live.engine.tools)
-        temp.history, temp.facts = list(live.engine.history), list(live.engine.facts)
+        temp.log = live.engine.log  # history and its facts are shared, read only
         temp.superseded = dict(live.engine.superseded)
         return temp.build()
 
@@ -226,12 +230,6 @@ class Sessions:
         """The session's engine state, caught up with the store (for the guard rails)."""
         return self.replica.sync(session_id_of(name))
 
-
-
-def describe(facts: Facts) -> tuple[list[list[str]], str | None]:
-    calls = [[c.id, c.name, c.verdict.status.value, c.verdict.detail or c.verdict.repair,
-              c.op.value, c.path] for c in facts.calls]
-    return calls, facts.result.value if facts.result is not None else None
 
 
 def check_tools(tools: Any) -> list[JSONDict]:

@@ -238,7 +238,7 @@ class AppendMessagesRequest(_message.Message):
     def __init__(self, session: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., request_id: _Optional[str] = ..., etag: _Optional[str] = ...) -> None: ...
 
 class ToolCallVerdict(_message.Message):
-    __slots__ = ("id", "name", "status", "detail", "runnable", "file_operation", "path")
+    __slots__ = ("id", "name", "status", "detail", "runnable", "file_operation", "path", "problems", "repeat_of_index", "repeat_error")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,9 @@ class ToolCallVerdict(_message.Message):
     RUNNABLE_FIELD_NUMBER: _ClassVar[int]
     FILE_OPERATION_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_OF_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_ERROR_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     status: ArgumentStatus
@@ -253,7 +256,10 @@ class ToolCallVerdict(_message.Message):
     runnable: bool
     file_operation: FileOperation
     path: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[ArgumentStatus, str]] = ..., detail: _Optional[str] = ..., runnable: _Optional[bool] = ..., file_operation: _Optional[_Union[FileOperation, str]] = ..., path: _Optional[str] = ...) -> None: ...
+    problems: _containers.RepeatedCompositeFieldContainer[Problem]
+    repeat_of_index: int
+    repeat_error: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[ArgumentStatus, str]] = ..., detail: _Optional[str] = ..., runnable: _Optional[bool] = ..., file_operation: _Optional[_Union[FileOperation, str]] = ..., path: _Optional[str] = ..., problems: _Optional[_Iterable[_Union[Problem, _Mapping]]] = ..., repeat_of_index: _Optional[int] = ..., repeat_error: _Optional[str] = ...) -> None: ...
 
 class AppendedMessage(_message.Message):
     __slots__ = ("index", "tokens", "tool_calls", "result_status")
@@ -332,7 +338,7 @@ class StepReport(_message.Message):
     def __init__(self, step: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., actions: _Optional[_Iterable[_Union[CompactionAction, _Mapping]]] = ...) -> None: ...
 
 class BuildReport(_message.Message):
-    __slots__ = ("tokens_before", "tokens_after", "fits", "compacted", "steps", "handles", "notes")
+    __slots__ = ("tokens_before", "tokens_after", "fits", "compacted", "steps", "handles", "notes", "cache_break_at", "cache_break_tokens", "reread_tokens")
     TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
     FITS_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +346,9 @@ class BuildReport(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     HANDLES_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BREAK_AT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BREAK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REREAD_TOKENS_FIELD_NUMBER: _ClassVar[int]
     tokens_before: int
     tokens_after: int
     fits: bool
@@ -347,7 +356,10 @@ class BuildReport(_message.Message):
     steps: _containers.RepeatedCompositeFieldContainer[StepReport]
     handles: _containers.RepeatedScalarFieldContainer[str]
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., fits: _Optional[bool] = ..., compacted: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepReport, _Mapping]]] = ..., handles: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    cache_break_at: int
+    cache_break_tokens: int
+    reread_tokens: int
+    def __init__(self, tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., fits: _Optional[bool] = ..., compacted: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepReport, _Mapping]]] = ..., handles: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ..., cache_break_at: _Optional[int] = ..., cache_break_tokens: _Optional[int] = ..., reread_tokens: _Optional[int] = ...) -> None: ...
 
 class BuildPromptResponse(_message.Message):
     __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer", "appended")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from budgeter.core.facts import facts_of
-from budgeter.core.guards import failed_calls, rescue_path, validate_tool_call
+from budgeter.core.facts import History
+from budgeter.core.guards import rescue_path, validate_tool_call
 from budgeter.core.jsonargs import ArgStatus
 from budgeter.core.markers import marker
 from budgeter.core.messages import ToolCall, from_openai_list
@@ -62,8 +62,9 @@ def test_repeat_of_a_failed_call():
             {"id": "a", "type": "function", "function": {"name": "write_file", "arguments": args}}]},
         {"role": "tool", "tool_call_id": "a", "content": "Error: path must not be empty\nmore"},
     ])
-    facts = [facts_of(m, Policy()) for m in history]
-    failures = failed_calls(history, facts)
+    log = History(Policy())
+    log.extend(history)
+    failures = log.first_error
     same = ToolCall("b", "write_file", json.dumps(json.loads(args), indent=2))  # same JSON, other spacing
     v = validate_tool_call(same, TOOLS, failures=failures)
     assert v.repeat_of == 1 and v.repeat_error == "Error: path must not be empty"

@@ -50,7 +50,7 @@ def test_truncated_is_never_completed():
 
 
 def test_complete_members_keeps_only_finished_fields():
-    assert complete_members('{"a": {"b": 1}, "c": [1, "x"], "d": "cu') == {"a": {"b": 1}, "c": [1, "x"]}
+    assert complete_members('{"a": {"b": 1}, "c": [1, "x"], "d": "cu') == ({"a": {"b": 1}, "c": [1, "x"]}, "d")
 
 
 def test_repair_returns_the_object():

@@ -72,13 +72,13 @@ def test_append_counts_flags_truncation_and_is_idempotent(client):
     counter = resolve("qwen3.6")
     assert [int(m["tokens"]) for m in out["messages"]] == [
         counter.message_cost(m) for m in from_openai_list(batch)]
-    assert [int(m["index"]) for m in out["messages"]] == list(range(len(batch)))
+    assert [m["index"] for m in out["messages"]] == list(range(len(batch)))
     verdicts = {c["id"]: c for m in out["messages"] for c in m["tool_calls"]}
-    assert verdicts["t2"]["status"] == "ARGUMENT_STATUS_TRUNCATED" and not verdicts["t2"]["runnable"]
-    assert verdicts["r1"]["status"] == "ARGUMENT_STATUS_VALID" and verdicts["r1"]["runnable"]
-    assert verdicts["r1"]["file_operation"] == "FILE_OPERATION_READ"
+    assert verdicts["t2"]["status"] == "TRUNCATED" and not verdicts["t2"]["runnable"]
+    assert verdicts["r1"]["status"] == "VALID" and verdicts["r1"]["runnable"]
+    assert verdicts["r1"]["operation"] == "READ"
     assert verdicts["r1"]["path"] == "src/mod1.py"
-    assert out["messages"][3]["result_status"] == "RESULT_STATUS_ERROR"
+    assert out["messages"][3]["result_status"] == "ERROR"
     again = session.append(batch, request_id="req-1")
     assert again["replayed"] and again["messages"] == out["messages"]
     assert client.get_session(session.id)["message_count"] == len(batch)
@@ -310,7 +310,7 @@ def test_append_and_build_in_one_call(client):
                                   "tool_calls": [{"id": "x", "type": "function", "function": {
                                       "name": "write_file", "arguments": '{"path": "a", "content": "b'}}]}])
     verdict = cut.appended["messages"][0]["tool_calls"][0]
-    assert verdict["status"] == "ARGUMENT_STATUS_TRUNCATED" and not verdict["runnable"]
+    assert verdict["status"] == "TRUNCATED" and not verdict["runnable"]
     with pytest.raises(ClientError) as e:
         session.prompt(append=[{"role": "user", "content": "x" * 10}] * 5000)
     assert e.value.reason == "TOO_MANY_MESSAGES"

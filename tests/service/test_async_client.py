@@ -23,7 +23,7 @@ def test_async_agent_loop_and_errors(server):
             verdict = await session.validate_tool_call(
                 {"id": "x", "function": {"name": "write_file", "arguments": '{"path": "a", "content": "b'}},
                 finish_reason="length")
-            assert verdict["status"] == "ARGUMENT_STATUS_TRUNCATED" and not verdict["runnable"]
+            assert verdict["status"] == "TRUNCATED" and not verdict["runnable"]
             assert session.id in await client.list_sessions()
             with pytest.raises(ClientError) as e:
                 await client.prompt("nope")

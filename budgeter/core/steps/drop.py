@@ -2,7 +2,8 @@
 
 A turn (an assistant message with all its tool results, or a single message) goes as one unit.
 System messages, the first user message, digests and the protected tail are always kept. Tool
-turns go before user messages (user messages are small and carry intent). The digest is a user
+turns go first, then turns holding the newest snapshot of a file, then user messages (small, and
+they carry intent). The digest is a user
 message at the place of the first dropped turn: counts, tools with outcomes, and the handle of
 the dropped messages (a JSON list, byte for byte). A later round merges into the same digest.
 """
@@ -20,19 +21,25 @@ from budgeter.core.pipeline import (
     Action,
     Context,
     Item,
+    Kind,
     StepReport,
     View,
     protected_positions,
     units,
 )
+from budgeter.core.steps.snapshots import newest_snapshots
+from budgeter.errors import PinnedOverBudget
 
 
 def droppable_units(view: View, ctx: Context) -> list[list[int]]:
     keep = protected_positions(view, ctx.policy)
+    newest = newest_snapshots(view, ctx)
     free = [u for u in units(view) if not keep.intersection(u)]
-    is_user = [view[u[0]].message.role == "user" for u in free]
-    return [u for u, user in zip(free, is_user, strict=True) if not user] + [
-        u for u, user in zip(free, is_user, strict=True) if user]
+
+    def rank(unit: list[int]) -> int:
+        return 2 if view[unit[0]].message.role == "user" else 1 if newest.intersection(unit) else 0
+
+    return sorted(free, key=rank)  # stable: oldest first within a rank
 
 
 def drop_oldest(view: View, ctx: Context) -> tuple[View, StepReport]:
@@ -50,20 +57,20 @@ def drop_until(view: View, ctx: Context, target: int) -> tuple[View, StepReport]
     if not gone:
         return view, StepReport("drop_oldest", before, before)
     out = _with_digest(view, gone, ctx)
-    covered = next(i for i in out if i.kind == "digest").covers
+    covered = next(i for i in out if i.kind is Kind.DIGEST).covers
     action = Action(min(view[p].index for p in gone), "turns_dropped",
                     f"{len(gone)} messages", handle_for(_payload(covered, ctx)))
     return out, StepReport("drop_oldest", before, ctx.estimate(out), (action,))
 
 
 def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
-    old = [p for p, i in enumerate(view) if i.kind == "digest"]
+    old = [p for p, i in enumerate(view) if i.kind is Kind.DIGEST]
     covers = sorted({i for p in old for i in view[p].covers} |
                     {c for p in gone for c in (view[p].covers or (view[p].index,))
-                     if view[p].kind != "synthetic"})
+                     if view[p].kind is not Kind.SYNTHETIC})
     at = min([*gone, *old])
     digest = Item(covers[0] if covers else view[at].index, _digest_message(covers, ctx),
-                  kind="digest", covers=tuple(covers))
+                  kind=Kind.DIGEST, covers=tuple(covers))
     out = [i for p, i in enumerate(view) if p not in gone and p not in old]
     kept_before = sum(1 for p in range(at) if p not in gone and p not in old)
     out.insert(kept_before, digest)
@@ -71,7 +78,7 @@ def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
 
 
 def _payload(covers: tuple[int, ...] | list[int], ctx: Context) -> str:
-    return dumps([to_openai(ctx.history[i]) for i in covers])
+    return dumps([to_openai(ctx.history[i], extensions=True) for i in covers])
 
 
 def _digest_message(covers: list[int], ctx: Context) -> Message:
@@ -101,7 +108,7 @@ def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepRe
     """Last resort: keep the head and tail of the largest message that can still shrink (never a
     system message). Returns the view unchanged when nothing can shrink."""
     candidates = [(ctx.cost(i.message), p) for p, i in enumerate(view)
-                  if i.message.role != "system" and i.kind != "digest" and _shrinkable(i.message)]
+                  if i.message.role != "system" and i.kind is not Kind.DIGEST and _shrinkable(i.message)]
     if not candidates:
         return view, StepReport("cut_oversize", 0, 0)
     cost, pos = max(candidates)
@@ -125,8 +132,49 @@ def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepRe
         new = replace(m, tool_calls=tuple(calls))
     if new == m:
         return view, StepReport("cut_oversize", 0, 0)
-    out = (*view[:pos], replace(item, message=new, kind="shrunk"), *view[pos + 1:])
+    out = (*view[:pos], replace(item, message=new, kind=Kind.SHRUNK), *view[pos + 1:])
     action = Action(item.index, "oversize_cut", f"{m.role} kept head and tail",
                     tokens_saved=cost - ctx.cost(new))
     return out, StepReport("cut_oversize", 0, 0, (action,))
 
+
+
+def fit_exact(view: View, ctx: Context) -> tuple[View, StepReport]:
+    """The last step: drop turns, then cut the largest message, until the exact count of the
+    whole render fits the budget. Raises ``PinnedOverBudget`` naming what is too big when what
+    must be kept does not fit."""
+    before = total = ctx.exact(view)
+    actions: list[Action] = []
+    for _ in range(64):
+        if total <= ctx.budget:
+            break
+        smaller, report = drop_until(view, ctx, ctx.estimate(view) - (total - ctx.budget) - 1)
+        if smaller == view:
+            _check_pinned(view, ctx, total)
+            smaller, report = cut_oversize(view, ctx, total - ctx.budget)
+            if smaller == view:
+                break  # nothing left that can shrink
+        view = smaller
+        actions += report.actions
+        total = ctx.exact(view)
+    if total > ctx.budget:
+        _check_pinned(view, ctx, total, force=True)
+    return view, StepReport("fit_exact", before, total, tuple(actions))
+
+
+def _check_pinned(view: View, ctx: Context, total: int, *, force: bool = False) -> None:
+    system = [i for i in view if i.message.role == "system"]
+    pinned = ctx.counter.count_prompt([i.message for i in system], ctx.tools) if system else 0
+    if pinned <= ctx.budget and not force:
+        return
+    names = [f"system message #{i.index} ({ctx.cost(i.message)} tokens)" for i in system]
+    if force and pinned <= ctx.budget:
+        names += [f"{i.message.role} message #{i.index} ({ctx.cost(i.message)} tokens)"
+                  for i in view if i.message.role != "system"][:6]
+    what = f"what must be kept needs {total}" if force else f"pinned content alone needs {pinned}"
+    if ctx.tools:
+        names.append(f"{len(ctx.tools)} tool schemas")
+    raise PinnedOverBudget(
+        f"{what} tokens; budget is {ctx.budget}: " + (", ".join(names) or "nothing pinned"),
+        metadata={"pinned_tokens": pinned, "budget": ctx.budget, "prompt_tokens": total},
+    )

@@ -1,11 +1,21 @@
-"""Collapse failed calls and their retries.
+"""Window hygiene for failed calls, on every build (not only over budget).
 
-A call failed when its result is ERROR or its arguments are TRUNCATED/INVALID. Identical retries
-(same tool, same original argument text) fold into the last occurrence, which says how many
-times. A failed call's long argument leaves become markers, and its result a short stub with the
-tool, the failure, the size elided, the content kind, a suggested path where the path was
-missing, and the handle. The latest failure of the view keeps its error text verbatim (policy
-``keep_latest_failure``). Calls still waiting for a result are never touched.
+A call failed when its arguments are TRUNCATED/INVALID or its result is ERROR. Each failed call's
+form in the prompt is a pure function of the history, so a collapsed message renders the same on
+every later turn and a session built turn by turn folds exactly as one built at once:
+
+- identical retries (same tool and canonical arguments, no successful call between them) fold into
+  the newest one present as soon as the second exists; its stub says ``xN`` over the whole run;
+- the newest failure stays verbatim until the model has answered it (an assistant message follows
+  its result), so the model can correct itself (policy ``keep_latest_failure``);
+- an answered failure's long argument leaves become markers (each with its own handle) and its
+  result a one-line stub: tool, count, first line of the error, what was elided, a suggested path
+  where the path was missing, the handle of the original arguments and, when the error text was
+  cut, the handle of that text;
+- once a later call succeeded with the same payload, the stub is one line pointing at it.
+
+A stub never replaces a text that is not longer than it. Calls still waiting for a result are
+never touched.
 """
 
 from __future__ import annotations
@@ -13,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from budgeter.core.classify import FileOp, ResultStatus
-from budgeter.core.facts import CallFacts
-from budgeter.core.jsonargs import ArgStatus, dumps
-from budgeter.core.markers import contains_marker, fmt_chars, handle_for, marker
-from budgeter.core.pipeline import Action, Context, Item, StepReport, View, units, with_message
+from budgeter.core.classify import FileOp
+from budgeter.core.facts import CallFacts, CallRef, History
+from budgeter.core.jsonargs import dumps
+from budgeter.core.markers import fmt_chars, handle_for, marker
+from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View, units
 from budgeter.core.sniff import sniff, suggest_path
 
 STUB_LEAF_CHARS = 120
@@ -25,83 +35,156 @@ STUB_LEAF_CHARS = 120
 
 @dataclass(frozen=True, slots=True)
 class Failure:
+    ref: CallRef
     call_pos: int
-    call_no: int
     result_pos: int
     facts: CallFacts
-    key: tuple[str, str]
 
 
-def find_failures(view: View, ctx: Context) -> list[Failure]:
+def failures_in(view: View, log: History) -> list[Failure]:
+    """Failed calls of the view that have their real result, in view order."""
     out = []
     for unit in units(view):
         head = view[unit[0]]
-        if not head.message.tool_calls or head.kind in ("digest", "orphan"):
+        if not head.message.tool_calls or head.kind in (Kind.DIGEST, Kind.ORPHAN):
             continue
-        results = {view[p].message.tool_call_id: p for p in unit[1:]}
-        original = ctx.history[head.index].tool_calls
-        for no, call in enumerate(head.message.tool_calls):
+        results = {view[p].message.tool_call_id: p for p in unit[1:] if view[p].kind is not Kind.SYNTHETIC}
+        for call in head.message.tool_calls:
+            ref = log.call_at.get(call.id)
             pos = results.get(call.id)
-            if pos is None or view[pos].kind in ("synthetic", "stub"):
-                continue
-            facts = ctx.facts[head.index].calls[no]
-            bad_args = facts.verdict.status in (ArgStatus.TRUNCATED, ArgStatus.INVALID)
-            if bad_args or ctx.facts[view[pos].index].result is ResultStatus.ERROR:
-                out.append(Failure(unit[0], no, pos, facts, (call.name, original[no].arguments)))
+            if ref is not None and ref[0] == head.index and pos is not None and log.failed(ref):
+                out.append(Failure(ref, unit[0], pos, log.call(ref)))
     return out
 
 
-def collapse_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
-    failures = find_failures(view, ctx)
-    if not failures:
-        return view, StepReport("collapse_failures", 0, 0)
-    before = ctx.estimate(view)
-    groups: dict[tuple[str, str], list[Failure]] = {}
-    for f in failures:
-        groups.setdefault(f.key, []).append(f)
-    latest = failures[-1].result_pos if ctx.policy.keep_latest_failure else -1
+def tidy_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
+    return _tidy(view, ctx, pressed=False)
+
+
+def collapse_pending_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
+    """Over budget, the cheapest loss: a failure not answered yet keeps its error text verbatim
+    but its long arguments become markers too."""
+    return _tidy(view, ctx, pressed=True)
+
+
+def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]:
+    log = ctx.log
+    found = failures_in(view, log)
+    if not found:
+        return view, StepReport("tidy_failures", 0, 0)
+    newest: dict[CallRef, Failure] = {}
+    for f in found:
+        newest[_run(f, log)[0]] = f
     items = list(view)
     drop: set[int] = set()
-    removed_calls: dict[int, set[int]] = {}
+    removed: dict[int, set[str]] = {}
     actions: list[Action] = []
-    for group in groups.values():
-        keep = group[-1]
-        folded = tuple(i for f in group for i in (view[f.result_pos].covers or (view[f.result_pos].index,)))
-        for f in group[:-1]:
+    for f in found:
+        if newest[_run(f, log)[0]] is not f:  # folded into a later identical retry
             drop.add(f.result_pos)
-            removed_calls.setdefault(f.call_pos, set()).add(f.call_no)
-        items[keep.call_pos] = _stub_call(items[keep.call_pos], keep, ctx)
-        verbatim = keep.result_pos == latest
-        items[keep.result_pos] = _stub_result(items[keep.result_pos], keep, folded, ctx,
-                                              verbatim=verbatim, call_index=view[keep.call_pos].index)
-        actions.append(Action(view[keep.call_pos].index, "failed_call_collapsed",
-                              f"{keep.facts.name} x{len(folded)}" + (" (error kept)" if verbatim else ""),
-                              handle_for(ctx.history[view[keep.call_pos].index].tool_calls[keep.call_no].arguments)))
-    for pos, nos in removed_calls.items():
+            removed.setdefault(f.call_pos, set()).add(f.facts.id)
+            continue
+        items[f.call_pos], items[f.result_pos], action = _collapse(items[f.call_pos], items[f.result_pos], f, ctx,
+                                                                   pressed=pressed)
+        if action is not None:
+            actions.append(action)
+    for pos, ids in removed.items():
         m = items[pos].message
-        calls = tuple(c for i, c in enumerate(m.tool_calls) if i not in nos)
+        calls = tuple(c for c in m.tool_calls if c.id not in ids)
         if not calls and not m.content.strip():
             drop.add(pos)
         else:
-            items[pos] = replace(items[pos], message=replace(m, tool_calls=calls))
+            items[pos] = replace(items[pos], message=replace(m, tool_calls=calls), kind=Kind.STUB)
     out = tuple(it for p, it in enumerate(items) if p not in drop)
-    return out, StepReport("collapse_failures", before, ctx.estimate(out), tuple(actions))
+    if drop:
+        actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
+    name = "collapse_pending_failures" if pressed else "tidy_failures"
+    return out, StepReport(name, len(view), len(out), tuple(actions))
+
+
+def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
+              pressed: bool) -> tuple[Item, Item, Action | None]:
+    log = ctx.log
+    ref = f.ref
+    refs = _run(f, log)
+    times = refs.index(ref) + 1
+    original_args = log.messages[ref[0]].tool_calls[ref[1]].arguments
+    args_handle = handle_for(original_args)
+    ctx.payloads[args_handle] = original_args
+    error = log.messages[result_item.index].content
+    verbatim = ctx.policy.keep_latest_failure and not log.answered(ref)
+    count = f"x{times}" if times > 1 else ""
+    if verbatim and result_item.kind is Kind.STUB and result_item.message.content.endswith(f"\n{error}") \
+            and "args h=" in result_item.message.content:
+        return call_item, result_item, None  # collapsed under pressure in an earlier round: keep it stable
+    if verbatim and not pressed:
+        if times == 1:
+            return call_item, result_item, None
+        note = marker("failed", f.facts.name, count, "earlier identical attempts folded", f"h={args_handle}")
+        return call_item, _with_content(result_item, f"{note}\n{error}"), None
+    new_call = _stub_call(call_item, f, ctx)
+    done_by = log.resolved_by.get(ref)
+    if verbatim:
+        note = _failure_note(f, "", count, args_handle, result_item.index, ctx) + "\n" + error
+    elif done_by is not None:
+        note = marker("failed", f.facts.name, count, f"then done by #{done_by}", f"args h={args_handle}")
+    else:
+        note = _failure_note(f, error, count, args_handle, result_item.index, ctx)
+    # the stub stands for the whole failed call (arguments and error): it must be shorter than both
+    before = len(error) + len(original_args if f.facts.value is not None else _arguments(call_item, f))
+    if len(note) + len(_arguments(new_call, f)) >= before:  # nothing shorter: the call as it was
+        return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None
+    new_result = _with_content(result_item, note)
+    action = None
+    if new_call.message != call_item.message or new_result.message != result_item.message:
+        action = Action(ref[0], "failed_call_collapsed", f"{f.facts.name} {count}".strip(), args_handle)
+    return new_call, new_result, action
+
+
+def _run(f: Failure, log: History) -> list[CallRef]:
+    return log.retries.get(f.ref) or [f.ref]
+
+
+def _arguments(item: Item, f: Failure) -> str:
+    return next((c.arguments for c in item.message.tool_calls if c.id == f.facts.id), "")
+
+
+def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: int, ctx: Context) -> str:
+    first = " ".join(error.split())[: ctx.policy.stub_keep_error_chars // 2]
+    error_handle = ""
+    if first != " ".join(error.split()):
+        error_handle = handle_for(error)
+        ctx.payloads[error_handle] = error
+    payload = _largest_leaf(f.facts.value) if f.facts.value is not None else ""
+    parts = [f.facts.name, count, f'"{first}"' if first else "",
+             f"{fmt_chars(len(payload))} {sniff(payload)} elided" if len(payload) > STUB_LEAF_CHARS else ""]
+    if f.facts.op is FileOp.WRITE and not f.facts.path and len(payload) > STUB_LEAF_CHARS:
+        pages = ctx.log.html_pages_before(before)
+        parts.append("suggested_path=" + suggest_path(payload, html_pages_seen=pages).path)
+    parts.append(f"args h={args_handle}")
+    if error_handle:
+        parts.append(f"error h={error_handle}")
+    return marker("failed", *parts)
+
+
+def _with_content(item: Item, content: str) -> Item:
+    return replace(item, message=replace(item.message, content=content), kind=Kind.STUB)
 
 
 def _stub_call(item: Item, f: Failure, ctx: Context) -> Item:
+    """Long string leaves of a failed call's parsed arguments become markers; arguments that did
+    not parse already carry a small stand-in."""
+    if f.facts.value is None:
+        return item
     m = item.message
-    call = m.tool_calls[f.call_no]
-    if contains_marker(call.arguments) and f.facts.verdict.status is ArgStatus.VALID:
-        return item  # already collapsed in an earlier round
-    original = ctx.history[item.index].tool_calls[f.call_no].arguments
-    ctx.payloads[handle_for(original)] = original
-    value: Any = f.facts.verdict.value
-    if value is None:
-        return item  # stand-in already holds only the complete fields and a marker
-    stubbed = _stub_leaves(value, ctx)
-    calls = list(m.tool_calls)
-    calls[f.call_no] = replace(call, arguments=dumps(stubbed))
-    return with_message(item, replace(m, tool_calls=tuple(calls)), "stub")
+    original = ctx.log.messages[f.ref[0]].tool_calls[f.ref[1]].arguments
+    text = dumps(_stub_leaves(f.facts.value, ctx))
+    if len(text) >= len(original):
+        return item
+    calls = tuple(replace(c, arguments=text) if c.id == f.facts.id else c for c in m.tool_calls)
+    if calls == m.tool_calls:
+        return item
+    return replace(item, message=replace(m, tool_calls=calls), kind=Kind.STUB)
 
 
 def _stub_leaves(value: Any, ctx: Context) -> Any:
@@ -122,42 +205,3 @@ def _largest_leaf(value: Any) -> str:
     if isinstance(value, list):
         return max((_largest_leaf(v) for v in value), key=len, default="")
     return value if isinstance(value, str) else ""
-
-
-def _stub_result(item: Item, f: Failure, folded: tuple[int, ...], ctx: Context, *, verbatim: bool,
-                 call_index: int) -> Item:
-    m = item.message
-    text = ctx.history[item.index].content if item.kind in ("raw", "shrunk") else m.content
-    handle = handle_for(text)
-    ctx.payloads[handle] = text
-    original_args = ctx.history[call_index].tool_calls[f.call_no].arguments
-    payload = _largest_leaf(f.facts.verdict.value) if f.facts.verdict.value else _cut_leaf(original_args)
-    times = f"x{len(folded)}" if len(folded) > 1 else ""
-    parts = [f.facts.name, times, "failed:" if verbatim else _first_line(text, ctx),
-             f"{fmt_chars(len(payload))} {sniff(payload)} elided" if len(payload) > STUB_LEAF_CHARS else ""]
-    if f.facts.op is FileOp.WRITE and not f.facts.path and payload:
-        parts.append("suggested_path=" + suggest_path(payload, html_pages_seen=_html_seen(ctx, item.index)).path)
-    note = marker("failed", *parts, f"h={handle}")
-    content = f"{note}\n{text}" if verbatim else note
-    return replace(with_message(item, replace(m, content=content), "stub"), covers=folded)
-
-
-def _cut_leaf(text: str) -> str:
-    """The string a cut argument text was in the middle of (escapes left as they are)."""
-    at = max(text.rfind('":"'), text.rfind('": "'))
-    return text[text.index('"', at + 2) + 1:] if at >= 0 else text
-
-
-def _first_line(text: str, ctx: Context) -> str:
-    line = " ".join(text.split())[: ctx.policy.stub_keep_error_chars // 2]
-    return f'"{line}"' if line else ""
-
-
-def _html_seen(ctx: Context, before: int) -> int:
-    seen = 0
-    for idx in range(min(before, len(ctx.history))):
-        for c in ctx.facts[idx].calls:
-            if c.op is FileOp.WRITE and c.path.endswith((".html", ".htm")):
-                seen += 1
-    return seen
-

@@ -16,7 +16,7 @@ from dataclasses import replace
 from budgeter.core.jsonargs import ArgStatus, dumps, stand_in
 from budgeter.core.markers import handle_for, marker
 from budgeter.core.messages import Message, ToolCall
-from budgeter.core.pipeline import Action, Context, Item, StepReport, View, with_message
+from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View, with_message
 
 
 def normalize_pairing(view: View, ctx: Context) -> tuple[View, StepReport]:
@@ -46,7 +46,7 @@ def _close(out: list[Item], actions: list[Action], opener: Item | None, open_ids
     for cid in open_ids:
         note = marker("no_result", "no result was recorded for this call")
         out.append(Item(opener.index if opener else -1,
-                        Message(role="tool", content=note, tool_call_id=cid), kind="synthetic"))
+                        Message(role="tool", content=note, tool_call_id=cid), kind=Kind.SYNTHETIC))
         actions.append(Action(opener.index if opener else -1, "missing_result_stood_in", f"tool_call_id={cid}"))
     open_ids.clear()
 
@@ -54,23 +54,24 @@ def _close(out: list[Item], actions: list[Action], opener: Item | None, open_ids
 def _orphan(item: Item) -> Item:
     m = item.message
     note = marker("orphan_result", f"tool_call_id={m.tool_call_id}", "no matching call")
-    return with_message(item, Message(role="user", content=f"{note}\n{m.content}"), "orphan")
+    return with_message(item, Message(role="user", content=f"{note}\n{m.content}"), Kind.ORPHAN)
 
 
 def stand_in_json(view: View, ctx: Context) -> tuple[View, StepReport]:
     out: list[Item] = []
     actions: list[Action] = []
     for item in view:
-        if item.kind != "raw" or not item.message.tool_calls:
+        if item.kind is not Kind.RAW or not item.message.tool_calls:
             out.append(item)
             continue
         calls, kind = _fixed_calls(item, ctx, actions)
-        out.append(item if kind == "raw" else with_message(item, replace(item.message, tool_calls=calls), kind))
+        out.append(item if kind is Kind.RAW else with_message(item, replace(item.message, tool_calls=calls), kind))
     return tuple(out), StepReport("stand_in_json", 0, 0, tuple(actions))
 
 
-def _fixed_calls(item: Item, ctx: Context, actions: list[Action]) -> tuple[tuple[ToolCall, ...], str]:
-    calls, kind = [], "raw"
+def _fixed_calls(item: Item, ctx: Context, actions: list[Action]) -> tuple[tuple[ToolCall, ...], Kind]:
+    calls: list[ToolCall] = []
+    kind = Kind.RAW
     for call, facts in zip(item.message.tool_calls, ctx.facts[item.index].calls, strict=True):
         v = facts.verdict
         if v.status is ArgStatus.VALID:
@@ -78,11 +79,11 @@ def _fixed_calls(item: Item, ctx: Context, actions: list[Action]) -> tuple[tuple
             continue
         if v.status is ArgStatus.REPAIRED:
             text, handle = dumps(v.value), handle_for(call.arguments)
-            kind = "repaired" if kind == "raw" else kind
+            kind = Kind.REPAIRED if kind is Kind.RAW else kind
             actions.append(Action(item.index, "arguments_repaired", f"{call.name}: {v.repair}", handle))
         else:
             text, handle = stand_in(call.arguments, v)
-            kind = "stand_in"
+            kind = Kind.STAND_IN
             actions.append(Action(item.index, f"arguments_{v.status.value.lower()}",
                                   f"{call.name}: {v.detail}", handle))
         ctx.payloads[handle] = call.arguments
