@@ -87,8 +87,7 @@ class Proxy:
 
     async def _chat(self, http: HTTPRequest, started: float) -> Response:
         raw = await read_json(http, self.settings.max_request_bytes)
-        request = await run_in_threadpool(Request.of, raw, extra_tools=self.extra_tools)
-        turn = await run_in_threadpool(self.turns.turn, request, session=http.headers.get(SESSION_HEADER, ""))
+        request, turn = await run_in_threadpool(self._turn, raw, http.headers.get(SESSION_HEADER, ""))
         self.metrics.built(turn.result)
         call = Call(request, turn, self._upstream_body(raw, request, turn), turn.result.tokens,
                     str(raw.get("model", "")), started, headers=report_headers(turn))
@@ -96,6 +95,10 @@ class Proxy:
         if raw.get("stream") is True:
             return await self._stream(call, forward)
         return await self._complete(call, forward)
+
+    def _turn(self, raw: dict[str, Any], session: str) -> tuple[Request, Turn]:
+        request = Request.of(raw, extra_tools=self.extra_tools)
+        return request, self.turns.turn(request, session=session)
 
     def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn) -> dict[str, Any]:
         out = {**raw, "messages": turn.result.openai_messages()}

@@ -46,16 +46,18 @@ def _args_key(arguments: str) -> Any:
         return ("text", arguments)
 
 
-def _call_key(call: ToolCall) -> tuple[Any, ...]:
-    return call.id, call.name, _args_key(call.arguments)
+def _same_call(a: ToolCall, b: ToolCall) -> bool:
+    if a.id != b.id or a.name != b.name:
+        return False
+    return a.arguments == b.arguments or _args_key(a.arguments) == _args_key(b.arguments)
 
 
 def same(a: Message, b: Message) -> bool:
     """Equal as far as a client echoing a history back is concerned: reasoning, finish_reason and
-    status (which clients drop or never had) do not count."""
+    status (which clients drop or never had) do not count; arguments compare as parsed JSON."""
     return (a.role == b.role and a.content == b.content and a.tool_call_id == b.tool_call_id
             and len(a.tool_calls) == len(b.tool_calls)
-            and all(_call_key(x) == _call_key(y) for x, y in zip(a.tool_calls, b.tool_calls, strict=True)))
+            and all(_same_call(x, y) for x, y in zip(a.tool_calls, b.tool_calls, strict=True)))
 
 
 def match(stored: Sequence[Message], request: Sequence[Message], *, same_tools: bool = True) -> Match:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import uvicorn
@@ -32,6 +35,22 @@ def open_sessions(settings: Settings) -> Sessions:
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
                     settings.max_sessions, settings.live_sessions)
     return Sessions(store, profiles, limits=limits)
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGTERM and Ctrl-C stop the server gracefully and the process exits 0 (uvicorn's own
+        handler re-raises the signal after shutdown)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
@@ -83,12 +102,13 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     """Run in the foreground until SIGTERM or Ctrl-C (uvicorn's handlers; in-flight requests get
     ``settings.grace`` seconds)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
     sessions = open_sessions(settings)
     print(f"budgeter proxy: serving on http://{settings.host}:{settings.proxy_port}/v1 -> "
           f"{settings.upstream} (store {settings.store_url}, tokenizer {settings.default_tokenizer})",
           flush=True)
     try:
-        uvicorn.Server(_config(settings, sessions, log_level=log_level)).run()
+        _Server(_config(settings, sessions, log_level=log_level)).run()
     finally:
         sessions.store.close()
     print("budgeter proxy: stopped", flush=True)

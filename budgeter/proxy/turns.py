@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from budgeter.core.engine import BuildResult, trim
@@ -33,6 +33,18 @@ class Turn:
     between (a concurrent duplicate's reply is dropped, not stacked)."""
     appended: int
     forked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A stored session as the reconciliation sees it."""
+
+    id: str
+    history: list[Message]
+    tools: list[JSONDict]
+    incarnation: str
+    stored: int = 0
+    """How many of the request's messages it already holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,35 +78,29 @@ class ProxySessions:
         """Reconcile, append the new suffix once, build."""
         root = session or rc.derived_id(request.messages, request.tools)
         for _ in range(2):
-            sid, stored, forked = self._resolve(root, request)
-            suffix = request.messages[stored:]
+            line = self._resolve(root, request)
+            suffix = request.messages[line.stored:]
             try:
                 if suffix:
-                    self.sessions.append(sid, suffix, request_id=rc.request_id(sid, stored, suffix),
-                                         etag=self._etag(sid, stored))
+                    self.sessions.append(line.id, suffix, request_id=rc.request_id(line.id, line.stored, suffix),
+                                         etag=make_etag(line.stored, line.incarnation))
                 break
             except EtagMismatch:  # another request appended meanwhile: reconcile again
                 continue
         else:
             raise EtagMismatch("the session changed while this request was being added; retry",
-                               metadata={"session": sid})
-        result, info = self.sessions.build(sid)
-        return Turn(sid, result, info.etag, len(suffix), forked)
+                               metadata={"session": line.id})
+        result, info = self.sessions.build(line.id)
+        return Turn(line.id, result, info.etag, len(suffix), line.id != root)
 
-    def _etag(self, sid: str, version: int) -> str:
-        return make_etag(version, self.sessions.live(sid).info.record.incarnation)
-
-    def _resolve(self, root: str, request: Request) -> tuple[str, int, bool]:
-        """(session id, how many of the request's messages it already holds, forked?)"""
+    def _resolve(self, root: str, request: Request) -> _Line:
         sid = root
         for _ in range(rc.MAX_FORKS):
-            stored = self._history(sid, request)
-            if stored is None:
-                return sid, 0, sid != root
-            history, tools = stored
-            at = rc.match(history, request.messages, same_tools=tools == request.tools)
+            line = self._line(sid, request)
+            assert line is not None
+            at = rc.match(line.history, request.messages, same_tools=line.tools == request.tools)
             if at.extends:
-                return sid, at.diverges_at, sid != root
+                return replace(line, stored=at.diverges_at)
             sid = self._fork_of(root, request, at)
         raise InvalidInput(f"the request diverges from {rc.MAX_FORKS} stored lines of session {root!r}; "
                            "name a new session with X-Budgeter-Session", field="messages",
@@ -105,25 +111,27 @@ class ProxySessions:
         if at.diverges_at < len(request.messages):
             cut = rc.Match(False, at.diverges_at)
             retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
-            stored = self._history(retried, request)
-            if stored is not None and stored[1] == request.tools and \
-                    rc.match(stored[0], request.messages).extends:
+            line = self._line(retried, request, create=False)
+            if line is not None and line.tools == request.tools and rc.match(line.history, request.messages).extends:
                 return retried
         return rc.fork_id(root, request.messages, request.tools, at)
 
-    def _history(self, sid: str, request: Request) -> tuple[list[Message], list[JSONDict]] | None:
-        """The stored history and tools of ``sid``; a missing session is created (empty)."""
+    def _line(self, sid: str, request: Request, *, create: bool = True) -> _Line | None:
+        """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""
         try:
             live = self.sessions.live(sid)
         except SessionNotFound:
-            try:
-                self.sessions.create(session_id=sid, tokenizer=self.tokenizer, policy=self.policy,
-                                     tools=request.tools, ttl=self.ttl)
+            if not create:
                 return None
+            try:
+                info = self.sessions.create(session_id=sid, tokenizer=self.tokenizer, policy=self.policy,
+                                            tools=request.tools, ttl=self.ttl)
+                return _Line(sid, [], list(request.tools), info.record.incarnation)
             except AlreadyExists:
                 live = self.sessions.live(sid)
         with live.lock:
-            return list(live.engine.history), list(live.info.config.tools)
+            return _Line(sid, list(live.engine.history), list(live.info.config.tools),
+                         live.info.record.incarnation)
 
     def append_reply(self, turn: Turn, reply: Message) -> bool:
         """Append the upstream's reply; False when the session moved on meanwhile."""

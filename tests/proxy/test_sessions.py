@@ -72,6 +72,7 @@ def test_a_regenerated_turn_goes_to_a_fork_and_its_line_continues_there(proxy):
     assert h4["x-budgeter-session"] == root  # the first line is untouched and goes on
     assert [m.content for m in proxy.history(root)] == ["You are terse.", "u1", "a1", "v2", "a2"]
     assert [m.content for m in proxy.history(fork)] == ["You are terse.", "u1", "b1", "u2", "b2"]
+    assert proxy.sessions.store.count() == 2  # the two lines, nothing else
 
 
 def test_an_edited_history_never_mixes_with_the_stored_one(proxy):

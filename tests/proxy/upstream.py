@@ -61,7 +61,7 @@ class Upstream:
     async def chat(self, request: Request) -> Response:
         body = await request.json()
         self.received.append(body)
-        script = self.scripts.pop(0) if self.scripts else Script(content="ok")
+        script = self.scripts.pop(0) if self.scripts else self._default(body)
         if script.reply is not None:
             script = script.reply(body)
         if script.delay:
@@ -82,12 +82,26 @@ class Upstream:
                "choices": [{"index": 0, "message": message, "finish_reason": script.finish_reason}]}
         return JSONResponse(out)
 
-    def _usage(self, body: dict[str, Any], script: Script) -> dict[str, int]:
-        prompt = script.prompt_tokens if script.prompt_tokens is not None else (
-            self.count(body) if self.count else 0)
+    @staticmethod
+    def _default(body: dict[str, Any]) -> Script:
+        """The body's ``scripted_reply`` (an assistant message, for benchmarks replaying a session),
+        else "ok"."""
+        m = body.get("scripted_reply")
+        if not isinstance(m, dict):
+            return Script(content="ok")
+        calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                 for c in m.get("tool_calls") or ()]
+        return Script(content=m.get("content") or "", tool_calls=calls,
+                      finish_reason=m.get("finish_reason") or ("tool_calls" if calls else "stop"))
+
+    def _usage(self, body: dict[str, Any], script: Script) -> dict[str, int] | None:
+        """None when this upstream cannot count (as some servers report no usage)."""
+        if script.prompt_tokens is None and self.count is None:
+            return None
+        prompt = script.prompt_tokens if script.prompt_tokens is not None else self.count(body)  # type: ignore[misc]
         return {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
 
-    async def _events(self, body: dict[str, Any], script: Script, usage: dict[str, int]):
+    async def _events(self, body: dict[str, Any], script: Script, usage: dict[str, int] | None):
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             data = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
                     "model": body.get("model", ""),
@@ -104,7 +118,7 @@ class Upstream:
             pieces += [chunk({"tool_calls": [{"index": n, "function": {"arguments": args[i:i + 9]}}]})
                        for i in range(0, len(args), 9)]
         pieces.append(chunk({}, script.finish_reason))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             data = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
                     "model": body.get("model", ""), "choices": [], "usage": usage}
             pieces.append(f"data: {json.dumps(data)}\n\n".encode())
@@ -118,9 +132,10 @@ class Upstream:
 class Running:
     """An ASGI app served by uvicorn on 127.0.0.1:0 in a thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, port: int = 0) -> None:
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         self.port = sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)

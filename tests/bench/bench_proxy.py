@@ -1,0 +1,124 @@
+"""Proxy overhead at a 32K window on loopback, not counting the upstream's own time.
+
+    python -m tests.bench.bench_proxy [--chars 150000] [--sessions 2] [--store sqlite]
+
+`budgeter proxy` runs as its own process (built-in qwen3.6 tokenizer, window 32768, reserve
+2048, SQLite store in a temporary folder) in front of a scripted upstream that replays each
+session's next assistant message. Each turn sends the agent's whole history, as an OpenAI client
+does. Overhead = latency through the proxy minus the latency of the same request sent straight to
+the upstream (so loopback, JSON and the upstream's own time cancel out); turns alternate between
+non-streamed (overhead) and streamed (delay of the first chunk, through the proxy and direct).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import httpx
+
+from tests.bench.bench_service import pct, turns
+from tests.bench.sessions import make_session
+from tests.proxy.upstream import Running, Upstream
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream, "--port", str(port),
+           "--store", store, "--window", "32768", "--reserve", "2048", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("budgeter proxy did not start: " + (proc.stderr.read() if proc.stderr else b"").decode())
+
+
+def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[float, float, int]:
+    """(seconds to the first body byte, seconds to the end, status)."""
+    started = time.perf_counter()
+    first = 0.0
+    with client.stream("POST", url, json=body, headers=headers) as r:
+        for _ in r.iter_raw():
+            first = first or time.perf_counter() - started
+        status = r.status_code
+    return first, time.perf_counter() - started, status
+
+
+def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any], sid: str,
+           out: dict[str, list[float]]) -> None:
+    history: list[dict[str, Any]] = []
+    steps = turns(body["messages"])
+    for k, step in enumerate(steps):
+        if step[0]["role"] == "assistant":  # the model's turn: the scripted upstream replies with it
+            reply, history = step[0], history + step[1:]
+            request = {"model": "bench", "messages": history, "tools": body["tools"], "scripted_reply": reply,
+                       "stream": k % 2 == 0}
+            via = timed(client, proxy + "/chat/completions", request, {"X-Budgeter-Session": sid})
+            direct = timed(client, upstream + "/chat/completions", request, {})
+            assert via[2] == direct[2] == 200, (via, direct)
+            if request["stream"]:
+                out["first chunk via proxy"].append(via[0])
+                out["first chunk direct"].append(direct[0])
+            else:
+                out["overhead"].append(via[1] - direct[1])
+                out["direct"].append(direct[1])
+            history = history + [reply]
+        else:
+            history = history + step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chars", type=int, default=150_000)
+    ap.add_argument("--sessions", type=int, default=2)
+    ap.add_argument("--store", default="sqlite")
+    args = ap.parse_args()
+    up = Upstream()
+    running = Running(up.app)
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
+        proc = start_proxy(running.base_url, store, port)
+        out: dict[str, list[float]] = {"overhead": [], "direct": [], "first chunk via proxy": [],
+                                       "first chunk direct": []}
+        try:
+            with httpx.Client(timeout=60) as client:
+                for seed in range(args.sessions):
+                    replay(client, f"http://127.0.0.1:{port}/v1", running.base_url,
+                           make_session(seed, chars=args.chars), f"bench-{seed}", out)
+                metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            running.stop()
+    print(f"budgeter proxy, window 32768, {args.sessions} sessions of {args.chars:,} chars, store {args.store}, "
+          f"{len(out['overhead'])} non-streamed + {len(out['first chunk via proxy'])} streamed turns")
+    for name, xs in out.items():
+        ms = [x * 1000 for x in xs]
+        print(f"  {name:<22} p50 {pct(ms, .5):6.2f} ms   p99 {pct(ms, .99):6.2f} ms   "
+              f"mean {statistics.mean(ms):6.2f} ms")
+    delays = [(a - b) * 1000 for a, b in zip(out["first chunk via proxy"], out["first chunk direct"], strict=True)]
+    print(f"  {'first chunk added':<22} p50 {pct(delays, .5):6.2f} ms   p99 {pct(delays, .99):6.2f} ms")
+    compacted = [line for line in metrics.splitlines() if line.startswith("budgeter_tokens_elided_total")]
+    print("  compaction:", "; ".join(compacted) or "none")
+
+
+if __name__ == "__main__":
+    main()
