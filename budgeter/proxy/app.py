@@ -101,9 +101,13 @@ class Proxy:
         return request, self.turns.turn(request, session=session)
 
     def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn) -> dict[str, Any]:
-        out = {**raw, "messages": turn.result.openai_messages()}
-        if self.extra_tools:
-            out["tools"] = request.tools
+        messages, tools = self.turns.wire(turn.result, request.tools)
+        out = {**raw, "messages": messages}
+        if tools != request.tools or self.extra_tools:
+            out["tools"] = tools
+        if not tools:
+            out.pop("tools", None)  # folded into the system message by the counted rendering
+            out.pop("tool_choice", None)
         if "max_tokens" not in raw and "max_completion_tokens" not in raw:
             out["max_tokens"] = self.settings.reserve
         return out
