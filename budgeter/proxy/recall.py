@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from budgeter.core.messages import Message, ToolCall, to_openai
+from budgeter.core.messages import Message, from_openai_list, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.proxy.stream import Reply
 
@@ -21,7 +21,8 @@ MAX_ROUNDS = 3
 TOOL = {"type": "function", "function": {
     "name": NAME,
     "description": ("Return the full original text of content that was shortened or elided from "
-                    "this conversation. Pass the handle quoted in the shortened text."),
+                    "this conversation. Pass the handle quoted in the shortened text: the 16 hex "
+                    "digits after h= in a marker such as ⟦budgeter:elided ... h=3f9a0c1d2b4e5f60⟧."),
     "parameters": {"type": "object", "properties": {"handle": {"type": "string"}},
                    "required": ["handle"]}}}
 
@@ -65,10 +66,4 @@ def extend(body: dict[str, Any], call: Message, results: list[Message]) -> dict[
 
 
 def as_messages(body: dict[str, Any]) -> list[Message]:
-    from budgeter.core.messages import from_openai_list
-
     return from_openai_list(body["messages"])
-
-
-__all__ = ["MAX_ROUNDS", "NAME", "TOOL", "ToolCall", "answers", "as_messages", "extend", "recall_only",
-           "too_large", "undecided"]

@@ -77,17 +77,26 @@ class ProxyServer:
         self.sessions.store.close()
 
 
-def start(settings: Settings, *, sessions: Sessions | None = None, log_level: str = "warning") -> ProxyServer:
-    """The proxy on ``settings.host:settings.proxy_port`` (0: a free port) in a background thread."""
-    sessions = sessions or open_sessions(settings)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+class CannotListen(BudgeterError):
+    reason = "CANNOT_LISTEN"
+
+
+def _bind(settings: Settings) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((settings.host, settings.proxy_port))
     except OSError as exc:
         sock.close()
-        raise BudgeterError(f"cannot listen on {settings.host}:{settings.proxy_port}: {exc.strerror}",
+        raise CannotListen(f"cannot listen on {settings.host}:{settings.proxy_port}: {exc.strerror}",
                             metadata={"port": settings.proxy_port}) from exc
+    return sock
+
+
+def start(settings: Settings, *, sessions: Sessions | None = None, log_level: str = "warning") -> ProxyServer:
+    """The proxy on ``settings.host:settings.proxy_port`` (0: a free port) in a background thread."""
+    sessions = sessions or open_sessions(settings)
+    sock = _bind(settings)
     server = uvicorn.Server(_config(settings, sessions, log_level=log_level))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="budgeter-proxy")
     thread.start()
@@ -100,15 +109,16 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
-    """Run in the foreground until SIGTERM or Ctrl-C (uvicorn's handlers; in-flight requests get
-    ``settings.grace`` seconds)."""
+    """Run in the foreground until SIGTERM or Ctrl-C; in-flight requests get ``settings.grace``
+    seconds."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
     sessions = open_sessions(settings)
-    print(f"budgeter proxy: serving on http://{settings.host}:{settings.proxy_port}/v1 -> "
-          f"{settings.upstream} (store {settings.store_url}, tokenizer {settings.default_tokenizer})",
-          flush=True)
     try:
-        _Server(_config(settings, sessions, log_level=log_level)).run()
+        sock = _bind(settings)
+        port = sock.getsockname()[1]
+        print(f"budgeter proxy: serving on http://{settings.host}:{port}/v1 -> {settings.upstream} "
+              f"(store {settings.store_url}, tokenizer {settings.default_tokenizer})", flush=True)
+        _Server(_config(settings, sessions, log_level=log_level)).run(sockets=[sock])
     finally:
         sessions.store.close()
     print("budgeter proxy: stopped", flush=True)
