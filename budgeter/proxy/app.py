@@ -36,6 +36,7 @@ from budgeter.settings import Settings
 
 log = logging.getLogger("budgeter.proxy")
 SESSION_HEADER = "x-budgeter-session"
+MAX_HANDLES = 64  # keeps the header under ~1.1 KB
 DROP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade",
         "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers", "host",
         "accept-encoding", SESSION_HEADER}
@@ -312,7 +313,8 @@ def report_headers(turn: Turn) -> dict[str, str]:
         "X-Budgeter-Budget": str(r.budget),
         "X-Budgeter-Compacted": str(r.compacted).lower(),
         "X-Budgeter-Extends-Previous": str(r.extends_previous).lower(),
-        "X-Budgeter-Handles": ",".join(sorted(r.payloads)),
+        "X-Budgeter-Handles": ",".join(sorted(r.payloads)[:MAX_HANDLES]),  # the full list: report()
+        "X-Budgeter-Handle-Count": str(len(r.payloads)),
         "X-Budgeter-Appended": str(turn.appended),
         "X-Budgeter-Forked": str(turn.forked).lower(),
     }

@@ -3,8 +3,8 @@
     python -m tests.bench.bench_proxy [--chars 150000] [--sessions 2] [--store sqlite]
 
 `budgeter proxy` runs as its own process (built-in qwen3.6 tokenizer, window 32768, reserve
-2048, SQLite store in a temporary folder) in front of a scripted upstream that replays each
-session's next assistant message. Each turn sends the agent's whole history, as an OpenAI client
+2048, SQLite store in a temporary folder) in front of a scripted upstream, also its own process,
+that replays each session's next assistant message. Each turn sends the agent's whole history, as an OpenAI client
 does. Overhead = latency through the proxy minus the latency of the same request sent straight to
 the upstream (so loopback, JSON and the upstream's own time cancel out); turns alternate between
 non-streamed (overhead) and streamed (delay of the first chunk, through the proxy and direct).
@@ -26,7 +26,6 @@ import httpx
 
 from tests.bench.bench_service import pct, turns
 from tests.bench.sessions import make_session
-from tests.proxy.upstream import Running, Upstream
 
 
 def free_port() -> int:
@@ -35,19 +34,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream, "--port", str(port),
-           "--store", store, "--window", "32768", "--reserve", "2048", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start(cmd: list[str], ready: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return proc
+            httpx.get(ready)
+            return proc
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("budgeter proxy did not start: " + (proc.stderr.read() if proc.stderr else b"").decode())
+    raise RuntimeError(f"{' '.join(cmd)} did not start")
+
+
+def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]:
+    return start([sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream, "--port", str(port),
+                  "--store", store, "--window", "32768", "--reserve", "2048", "--log-level", "warning"],
+                 f"http://127.0.0.1:{port}/health")
 
 
 def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[float, float, int]:
@@ -90,24 +93,24 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--store", default="sqlite")
     args = ap.parse_args()
-    up = Upstream()
-    running = Running(up.app)
-    port = free_port()
+    up_port, port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
-        proc = start_proxy(running.base_url, store, port)
+        proc = start_proxy(upstream, store, port)
         out: dict[str, list[float]] = {"overhead": [], "direct": [], "first chunk via proxy": [],
                                        "first chunk direct": []}
         try:
             with httpx.Client(timeout=60) as client:
                 for seed in range(args.sessions):
-                    replay(client, f"http://127.0.0.1:{port}/v1", running.base_url,
+                    replay(client, f"http://127.0.0.1:{port}/v1", upstream,
                            make_session(seed, chars=args.chars), f"bench-{seed}", out)
                 metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
         finally:
-            proc.terminate()
-            proc.wait(30)
-            running.stop()
+            for p in (proc, up):
+                p.terminate()
+                p.wait(30)
     print(f"budgeter proxy, window 32768, {args.sessions} sessions of {args.chars:,} chars, store {args.store}, "
           f"{len(out['overhead'])} non-streamed + {len(out['first chunk via proxy'])} streamed turns")
     for name, xs in out.items():
@@ -116,6 +119,10 @@ def main() -> None:
               f"mean {statistics.mean(ms):6.2f} ms")
     delays = [(a - b) * 1000 for a, b in zip(out["first chunk via proxy"], out["first chunk direct"], strict=True)]
     print(f"  {'first chunk added':<22} p50 {pct(delays, .5):6.2f} ms   p99 {pct(delays, .99):6.2f} ms")
+    buckets = [line.split("{", 1)[1] for line in metrics.splitlines()
+               if line.startswith("budgeter_proxy_overhead_seconds_bucket")]
+    print("  in-proxy time (reconcile, append, build, reply append; histogram):", ", ".join(
+        f"{b.split('}')[0].removeprefix('le=')} {float(b.split('} ')[1]):.0f}" for b in buckets[:8]))
     compacted = [line for line in metrics.splitlines() if line.startswith("budgeter_tokens_elided_total")]
     print("  compaction:", "; ".join(compacted) or "none")
 

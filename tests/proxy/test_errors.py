@@ -122,3 +122,22 @@ def test_fit_returns_a_fitted_body_and_its_report(proxy):
                    json={"messages": messages, "tools": tools, "budgeter": {"window": 100000}})
     assert r.json()["report"]["compacted"] is False
     assert proxy.sessions.store.count() == 0  # stateless
+
+
+def test_a_stream_cut_by_the_client_or_a_stalled_upstream_stores_nothing_and_never_hangs(make_proxy, upstream):
+    proxy = make_proxy(upstream_read_timeout=0.5)
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": True}
+    upstream.script(Script(content="partial answer", stall=1.5))
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10) as r:
+        session = r.headers["x-budgeter-session"]
+        next(r.iter_raw())  # the client goes away after the first chunk
+    upstream.script(Script(content="partial answer", stall=3))
+    started = time.monotonic()
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10) as r:
+        got = b"".join(r.iter_raw())  # the upstream stalls past the read timeout: the stream ends
+    assert time.monotonic() - started < 2.5 and b"partial" in got and b"[DONE]" not in got
+    time.sleep(1.6)
+    assert [m.role for m in proxy.history(session)] == ["system", "user"]  # no half reply stored
+    upstream.script(Script(content="whole"))
+    r = httpx.post(proxy.base_url + "/chat/completions", json={**body, "stream": False})
+    assert r.status_code == 200 and proxy.history(session)[-1].content == "whole"

@@ -37,6 +37,8 @@ class Script:
     status: int = 200
     error: dict[str, Any] | None = None
     delay: float = 0.0
+    stall: float = 0.0
+    """Seconds a stream stalls before its finish chunk."""
     prompt_tokens: int | None = None
     """Overrides the counted usage (to provoke a mismatch)."""
     reply: Callable[[dict[str, Any]], Script] | None = None
@@ -117,13 +119,16 @@ class Upstream:
             args = c["arguments"]
             pieces += [chunk({"tool_calls": [{"index": n, "function": {"arguments": args[i:i + 9]}}]})
                        for i in range(0, len(args), 9)]
+        stall_at = len(pieces)
         pieces.append(chunk({}, script.finish_reason))
         if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             data = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
                     "model": body.get("model", ""), "choices": [], "usage": usage}
             pieces.append(f"data: {json.dumps(data)}\n\n".encode())
         pieces.append(b"data: [DONE]\n\n")
-        for piece in pieces:
+        for n, piece in enumerate(pieces):
+            if n == stall_at and script.stall:
+                await asyncio.sleep(script.stall)
             self.sent.append(piece)
             yield piece
             await asyncio.sleep(0)
@@ -150,3 +155,14 @@ class Running:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def main() -> None:
+    """``python -m tests.proxy.upstream PORT``: the scripted upstream as its own process (benchmarks)."""
+    import sys
+
+    uvicorn.run(Upstream().app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
