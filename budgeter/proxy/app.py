@@ -24,6 +24,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from budgeter.core.engine import BuildResult
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import UpstreamError, error_response, upstream_error
@@ -247,20 +248,26 @@ class Proxy:
         return passthrough(upstream, upstream.content, {})
 
     async def fit(self, http: HTTPRequest) -> Response:
+        """Stateless: the body fitted as a turn would send it (the same wire form, no session)."""
         try:
             raw = await read_json(http, self.settings.max_request_bytes)
             options = raw.pop("budgeter", None) or {}
             if not isinstance(options, dict):
                 raise InvalidInput("budgeter must be an object of policy fields", field="budgeter")
-            result = await run_in_threadpool(self._fit, raw, options)
+            body, result = await run_in_threadpool(self._fit, raw, options)
         except Exception as exc:
             return error_response(exc)
         self.metrics.built(result)
-        report = {"tokenizer": self.turns.tokenizer, **result.report()}
-        return JSONResponse({"body": {**raw, "messages": result.openai_messages()}, "report": report})
+        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
 
-    def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> Any:
-        return self.turns.fit(Request.of(raw), overrides=options)
+    def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any], BuildResult]:
+        request = Request.of(raw)
+        result = self.turns.fit(request, overrides=options)
+        messages, tools = self.turns.wire(result, request.tools)
+        body = {**raw, "messages": messages, **({"tools": tools} if tools else {})}
+        if not tools:
+            body.pop("tools", None)
+        return body, result
 
     async def health(self, http: HTTPRequest) -> Response:
         try:
