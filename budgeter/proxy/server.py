@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -113,6 +114,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     seconds."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
     sessions = open_sessions(settings)
+    gc.freeze()  # the loaded tokenizer's objects leave the collector's generations: shorter full collections
     try:
         sock = _bind(settings)
         port = sock.getsockname()[1]
