@@ -30,3 +30,16 @@ def test_a_busy_port_is_a_clear_error():
         r = run("--port", str(busy.getsockname()[1]))
     assert r.returncode == 2 and "budgeter: CANNOT_LISTEN: cannot listen on 127.0.0.1:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_settings_come_from_the_environment_too(tmp_path):
+    import os
+
+    env = {**os.environ, "BUDGETER_WINDOW": "100", "BUDGETER_RESERVE": "200"}
+    r = subprocess.run([sys.executable, "-m", "budgeter", "proxy", "--store", "memory://"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "reserve (200) must be smaller than the window (100)" in r.stderr
+    config = tmp_path / "budgeter.toml"
+    config.write_text('upstream_read_timeout = -1\n')
+    r = run("--config", str(config))
+    assert r.returncode == 2 and "upstream_read_timeout" in r.stderr
