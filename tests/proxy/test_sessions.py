@@ -107,3 +107,16 @@ def test_the_proxy_and_the_grpc_service_share_one_store(proxy):
     result, _ = other.build(h["x-budgeter-session"])
     assert [m["content"] for m in result.openai_messages()] == ["You are terse.", "u1", "a1"]
     assert result.tokens > int(h["x-budgeter-tokens-after"])  # the prompt sent, plus the stored reply
+
+
+def test_two_proxy_replicas_over_one_redis_continue_each_others_sessions(make_proxy, redis_url):
+    a, b = make_proxy(store=redis_url), make_proxy(store=redis_url)
+    a.upstream.script(Script(content="a1"), Script(content="a2"), Script(content="a3"))
+    first = [SYSTEM, {"role": "user", "content": "u1"}]
+    _, h1 = ask(a, first)
+    second = [*first, assistant("a1"), {"role": "user", "content": "u2"}]
+    _, h2 = ask(b, second)  # the next turn lands on the other replica
+    assert h2["x-budgeter-session"] == h1["x-budgeter-session"] and h2["x-budgeter-appended"] == "1"
+    _, h3 = ask(a, [*second, assistant("a2"), {"role": "user", "content": "u3"}])
+    assert h3["x-budgeter-appended"] == "1" and h3["x-budgeter-forked"] == "false"
+    assert [m.content for m in b.history(h1["x-budgeter-session"])][-2:] == ["u3", "a3"]
