@@ -120,3 +120,17 @@ def test_two_proxy_replicas_over_one_redis_continue_each_others_sessions(make_pr
     _, h3 = ask(a, [*second, assistant("a2"), {"role": "user", "content": "u3"}])
     assert h3["x-budgeter-appended"] == "1" and h3["x-budgeter-forked"] == "false"
     assert [m.content for m in b.history(h1["x-budgeter-session"])][-2:] == ["u3", "a3"]
+
+
+def test_concurrent_duplicates_append_once_and_store_one_reply(proxy):
+    from concurrent.futures import ThreadPoolExecutor
+
+    proxy.upstream.script(*[Script(content=f"r{i}", delay=0.2) for i in range(4)])
+    messages = [SYSTEM, {"role": "user", "content": "same request, sent four times at once"}]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: ask(proxy, messages), range(4)))
+    sessions = {h["x-budgeter-session"] for _, h in results}
+    root = min(sessions, key=len)
+    history = proxy.history(root)
+    assert [m.role for m in history] == ["system", "user", "assistant"]  # one user message, one reply
+    assert history[-1].content in {r.choices[0].message.content for r, _ in results}
