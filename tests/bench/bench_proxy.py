@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from typing import Any
 
 import httpx
@@ -53,15 +54,16 @@ def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]
                  f"http://127.0.0.1:{port}/health")
 
 
-def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[float, float, int]:
-    """(seconds to the first body byte, seconds to the end, status)."""
+def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
+          ) -> tuple[float, float, int, bool]:
+    """(seconds to the first body byte, seconds to the end, status, compacted)."""
     started = time.perf_counter()
     first = 0.0
     with client.stream("POST", url, json=body, headers=headers) as r:
         for _ in r.iter_raw():
             first = first or time.perf_counter() - started
         status = r.status_code
-    return first, time.perf_counter() - started, status
+    return first, time.perf_counter() - started, status, r.headers.get("x-budgeter-compacted") == "true"
 
 
 def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any], sid: str,
@@ -79,9 +81,12 @@ def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any]
             if request["stream"]:
                 out["first chunk via proxy"].append(via[0])
                 out["first chunk direct"].append(direct[0])
+                out["first chunk added, compacting turns" if via[3] else "first chunk added, other turns"].append(
+                    via[0] - direct[0])
             else:
                 out["overhead"].append(via[1] - direct[1])
                 out["direct"].append(direct[1])
+                out["overhead, compacting turns" if via[3] else "overhead, other turns"].append(via[1] - direct[1])
             history = history + [reply]
         else:
             history = history + step
@@ -99,8 +104,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
         proc = start_proxy(upstream, store, port)
-        out: dict[str, list[float]] = {"overhead": [], "direct": [], "first chunk via proxy": [],
-                                       "first chunk direct": []}
+        out: dict[str, list[float]] = defaultdict(list)
         try:
             with httpx.Client(timeout=60) as client:
                 for seed in range(args.sessions):
@@ -113,12 +117,13 @@ def main() -> None:
                 p.wait(30)
     print(f"budgeter proxy, window 32768, {args.sessions} sessions of {args.chars:,} chars, store {args.store}, "
           f"{len(out['overhead'])} non-streamed + {len(out['first chunk via proxy'])} streamed turns")
-    for name, xs in out.items():
+    for name, xs in sorted(out.items()):
         ms = [x * 1000 for x in xs]
-        print(f"  {name:<22} p50 {pct(ms, .5):6.2f} ms   p99 {pct(ms, .99):6.2f} ms   "
+        print(f"  {name:<36} n {len(ms):3}  p50 {pct(ms, .5):6.2f} ms   p99 {pct(ms, .99):6.2f} ms   "
               f"mean {statistics.mean(ms):6.2f} ms")
     delays = [(a - b) * 1000 for a, b in zip(out["first chunk via proxy"], out["first chunk direct"], strict=True)]
-    print(f"  {'first chunk added':<22} p50 {pct(delays, .5):6.2f} ms   p99 {pct(delays, .99):6.2f} ms")
+    print(f"  {'first chunk added':<36} n {len(delays):3}  p50 {pct(delays, .5):6.2f} ms   "
+          f"p99 {pct(delays, .99):6.2f} ms")
     buckets = [line.split("{", 1)[1] for line in metrics.splitlines()
                if line.startswith("budgeter_proxy_overhead_seconds_bucket")]
     print("  in-proxy time (reconcile, append, build, reply append; histogram):", ", ".join(
