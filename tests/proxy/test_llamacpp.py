@@ -28,7 +28,10 @@ def gemma():
     model, why = gemma_model()
     if model is None:
         pytest.skip(why)
-    folder = gemma_tokenizer_folder(model)
+    try:
+        folder = gemma_tokenizer_folder(model)
+    except ImportError as exc:  # transformers moved its GGUF tokenizer converter
+        pytest.skip(f"cannot rebuild Gemma's tokenizer from the GGUF: {exc}")
     with serve(model, chat_template_file=TEMPLATE, ctx_size=2048) as url:
         yield url + "/v1", str(folder)
 
