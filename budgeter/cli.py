@@ -375,6 +375,59 @@ def serve(
         fail(exc.reason, exc.message)
 
 
+@app.command()
+def proxy(
+    upstream: Annotated[str | None, typer.Option(help=(
+        "Base URL of the OpenAI-compatible server to forward to. [default: http://127.0.0.1:8080/v1]"))] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help=(
+        "The upstream model's tokenizer: a built-in name or a path (model folder, tokenizer.json, "
+        ".gguf). [default: qwen3.6]"))] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port. [default: 8400]")] = None,
+    window: Annotated[int | None, typer.Option(help="The model's context window. [default: 32768]")] = None,
+    reserve: Annotated[int | None, typer.Option(
+        help="Tokens kept for the reply; sent as max_tokens when a request has none. [default: 2048]")] = None,
+    store: Annotated[str | None, typer.Option(help=(
+        "memory://, sqlite:///PATH or redis://HOST:PORT/DB; the same store as `budgeter serve` may be "
+        "shared. [default: SQLite at DATA_DIR/budgeter.db]"))] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the embedded store lives.")] = None,
+    recall_tool: Annotated[bool | None, typer.Option(
+        "--recall-tool/--no-recall-tool", help="Offer the model budgeter_recall(handle). [default: off]")] = None,
+    connect_timeout: Annotated[float | None, typer.Option(help="Seconds to connect upstream. [default: 5]")] = None,
+    read_timeout: Annotated[float | None, typer.Option(
+        help="Seconds the upstream may stay silent. [default: 600]")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML file with any of the settings.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the OpenAI-compatible proxy: point an agent's base_url at it instead of at the server."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from budgeter.settings import load_settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    profiles = None
+    if tokenizer and ("/" in tokenizer or Path(tokenizer).exists()):  # a path: a profile named after it
+        name = Path(tokenizer.rstrip("/")).stem.replace(".", "-") or "model"
+        profiles, tokenizer = [f"{name}={tokenizer}"], name
+    try:
+        settings = load_settings(config, upstream=upstream, default_tokenizer=tokenizer, tokenizers=profiles,
+                                 host=host, proxy_port=port, window=window, reserve=reserve, store=store,
+                                 data_dir=data_dir, recall_tool=recall_tool,
+                                 upstream_connect_timeout=connect_timeout, upstream_read_timeout=read_timeout)
+        if settings.reserve >= settings.window:
+            raise ValueError(f"reserve ({settings.reserve}) must be smaller than the window ({settings.window})")
+    except (ValidationError, ValueError, OSError) as exc:
+        fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
+    from budgeter.proxy.server import serve as run
+
+    try:
+        run(settings, log_level=log_level.lower())
+    except BudgeterError as exc:
+        fail(exc.reason, exc.message)
+
+
 def main() -> None:
     # transformers says "PyTorch was not found" on import; budgeter never needs PyTorch, and the
     # line would land in every command's output (and break the progress bar).

@@ -72,6 +72,22 @@ class Settings(BaseSettings):
     """With it, clients must present a certificate signed by this CA (mutual TLS)."""
     config_file: Path | None = None
 
+    # -- budgeter proxy (the OpenAI-compatible front door) --------------------------------------
+    upstream: str = "http://127.0.0.1:8080/v1"
+    """Base URL of the OpenAI-compatible server the proxy forwards to (llama.cpp, vLLM, ...)."""
+    proxy_port: int = Field(8400, ge=0, le=65535)
+    window: int = Field(32768, gt=0)
+    """The upstream model's context window, in tokens."""
+    reserve: int = Field(2048, ge=0)
+    """Tokens kept free for the reply; sent as max_tokens when a request has none."""
+    recall_tool: bool = False
+    """Offer the model ``budgeter_recall(handle)`` and answer it from the store."""
+    upstream_connect_timeout: float = Field(5.0, gt=0)
+    upstream_read_timeout: float = Field(600.0, gt=0)
+    """Seconds the upstream may stay silent (before its first byte, or between chunks)."""
+    session_ttl: float = Field(7 * 86_400.0, gt=0)
+    """Seconds a proxy session lives after its last append."""
+
     @field_validator("tokenizers", "auth_tokens", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:

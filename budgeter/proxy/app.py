@@ -1,0 +1,356 @@
+"""The proxy's ASGI app (Starlette): thin handlers over ``ProxySessions`` and an httpx client.
+
+Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (passed through),
+``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health``, ``GET /metrics``; anything else
+is an OpenAI-style 404. Blocking work (store, tokenizer) runs in Starlette's thread pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from budgeter.core.engine import BuildResult
+from budgeter.errors import InvalidInput, StoreUnavailable
+from budgeter.proxy import recall
+from budgeter.proxy.errors import UpstreamError, error_response, upstream_error
+from budgeter.proxy.errors import body as error_body
+from budgeter.proxy.metrics import ProxyMetrics
+from budgeter.proxy.stream import Reply, Tee, parse_data
+from budgeter.proxy.turns import ProxySessions, Request, Turn
+from budgeter.service.sessions import Sessions
+from budgeter.settings import Settings
+
+log = logging.getLogger("budgeter.proxy")
+SESSION_HEADER = "x-budgeter-session"
+MAX_HANDLES = 64  # keeps the header under ~1.1 KB
+DROP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade",
+        "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers", "host",
+        "accept-encoding", SESSION_HEADER}
+
+
+@dataclass
+class Call:
+    """One chat completion on its way through: what was sent, what it cost here."""
+
+    request: Request
+    turn: Turn
+    body: dict[str, Any]
+    counted: int
+    model: str
+    started: float
+    upstream: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Proxy:
+    def __init__(self, settings: Settings, sessions: Sessions, *, tokenizer: str = "",
+                 client: httpx.AsyncClient | None = None) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.metrics = ProxyMetrics()
+        self.metrics.watch_store(sessions.store)
+        policy = {"window": settings.window, "reserve": settings.reserve}
+        self.turns = ProxySessions(sessions, tokenizer=tokenizer or settings.default_tokenizer,
+                                   policy=policy, ttl=settings.session_ttl)
+        self.url = settings.upstream.rstrip("/")
+        self.extra_tools = [recall.TOOL] if settings.recall_tool else []
+        timeout = httpx.Timeout(settings.upstream_read_timeout, connect=settings.upstream_connect_timeout)
+        self.client = client or httpx.AsyncClient(timeout=timeout, headers={"accept-encoding": "identity"},
+                                                  limits=httpx.Limits(max_connections=256))
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    async def chat(self, http: HTTPRequest) -> Response:
+        started = time.perf_counter()
+        try:
+            response = await self._chat(http, started)
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailable):
+                self.metrics.store_errors.labels(self.sessions.store.name).inc()
+            response = error_response(exc)
+        self.metrics.rpc_seconds.labels("chat.completions", str(response.status_code)).observe(
+            time.perf_counter() - started)
+        return response
+
+    async def _chat(self, http: HTTPRequest, started: float) -> Response:
+        raw = await read_json(http, self.settings.max_request_bytes)
+        request, turn = await run_in_threadpool(self._turn, raw, http.headers.get(SESSION_HEADER, ""))
+        self.metrics.built(turn.result)
+        call = Call(request, turn, self._upstream_body(raw, request, turn), turn.result.tokens,
+                    str(raw.get("model", "")), started, headers=report_headers(turn))
+        forward = forward_headers(http)
+        if raw.get("stream") is True:
+            return await self._stream(call, forward)
+        return await self._complete(call, forward)
+
+    def _turn(self, raw: dict[str, Any], session: str) -> tuple[Request, Turn]:
+        request = Request.of(raw, extra_tools=self.extra_tools)
+        return request, self.turns.turn(request, session=session)
+
+    def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn) -> dict[str, Any]:
+        messages, tools = self.turns.wire(turn.result, request.tools)
+        out = {**raw, "messages": messages}
+        if tools != request.tools or self.extra_tools:
+            out["tools"] = tools
+        if not tools:
+            out.pop("tools", None)  # folded into the system message by the counted rendering
+            out.pop("tool_choice", None)
+        if "max_tokens" not in raw and "max_completion_tokens" not in raw:
+            out["max_tokens"] = self.settings.reserve
+        return out
+
+    async def _complete(self, call: Call, forward: dict[str, str]) -> Response:
+        for rounds in range(recall.MAX_ROUNDS + 1):
+            upstream = await self._send(call, forward, stream=False)
+            if upstream.status_code >= 400:
+                return passthrough(upstream, upstream.content, call.headers)
+            try:
+                reply = Reply.of_body(upstream.json())
+            except ValueError:
+                return passthrough(upstream, upstream.content, call.headers)
+            self._check_exact(call, reply)
+            if not (self.extra_tools and recall.recall_only(reply)) or rounds == recall.MAX_ROUNDS:
+                break
+            await run_in_threadpool(self._recall, call, reply)
+        await self._finish(call, reply)
+        return passthrough(upstream, upstream.content, call.headers)
+
+    async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
+        upstream = await self._send(call, forward, stream=True)
+        kind = upstream.headers.get("content-type", "")
+        if upstream.status_code >= 400 or "text/event-stream" not in kind:
+            content = await upstream.aread()
+            await upstream.aclose()
+            return passthrough(upstream, content, call.headers)
+        headers = {**response_headers(upstream), **call.headers}
+        return StreamingResponse(self._relay(call, upstream, forward), upstream.status_code, headers=headers)
+
+    async def _relay(self, call: Call, upstream: httpx.Response, forward: dict[str, str]
+                     ) -> AsyncGenerator[bytes, None]:
+        """Each piece goes out as it comes, but the last is held until the reply is in the session:
+        the client's next request can never overtake the append."""
+        replies: list[Reply] = []
+        last: bytes | None = None
+        try:
+            async for piece in self._pieces(call, upstream, forward, replies):
+                if last is not None:
+                    yield last
+                last = piece
+        except httpx.HTTPError as exc:  # headers are out: the stream ends here, nothing is stored
+            log.warning("upstream stream broke: %s", type(exc).__name__)
+        else:
+            await self._finish(call, replies[-1])
+        if last is not None:
+            yield last
+
+    async def _pieces(self, call: Call, upstream: httpx.Response, forward: dict[str, str],
+                      replies: list[Reply]) -> AsyncGenerator[bytes, None]:
+        """The upstream's bytes. With the recall tool on, events are held only while the reply may
+        still call nothing but ``budgeter_recall``; such a reply is answered and asked again."""
+        for rounds in range(recall.MAX_ROUNDS + 1):
+            reply = Reply()
+            replies.append(reply)
+            held: list[bytes] | None = [] if self.extra_tools else None
+            async for piece in self._tee(call, upstream, reply):
+                if held is None:
+                    yield piece
+                    continue
+                held.append(piece)
+                if not recall.undecided(reply):
+                    yield b"".join(held)
+                    held = None
+            self._check_exact(call, reply)
+            if held is not None and recall.recall_only(reply) and rounds < recall.MAX_ROUNDS:
+                await run_in_threadpool(self._recall, call, reply)
+                retry = await self._reopen(call, forward)
+                if retry is not None:
+                    upstream = retry
+                    continue
+            if held:
+                yield b"".join(held)
+            return
+
+    async def _tee(self, call: Call, upstream: httpx.Response, reply: Reply) -> AsyncIterator[bytes]:
+        started = time.perf_counter()
+        try:
+            async for piece in Tee(upstream, lambda event: reply.add_chunk(parse_data(event))):
+                yield piece
+        finally:
+            await upstream.aclose()
+            call.upstream += time.perf_counter() - started
+
+    async def _reopen(self, call: Call, forward: dict[str, str]) -> httpx.Response | None:
+        try:
+            upstream = await self._send(call, forward, stream=True)
+        except UpstreamError:
+            return None
+        if upstream.status_code >= 400:
+            await upstream.aclose()
+            return None
+        return upstream
+
+    async def _send(self, call: Call, forward: dict[str, str], *, stream: bool) -> httpx.Response:
+        started = time.perf_counter()
+        url = f"{self.url}/chat/completions"
+        try:
+            request = self.client.build_request("POST", url, json=call.body, headers=forward)
+            upstream = await self.client.send(request, stream=stream)
+        except httpx.HTTPError as exc:
+            raise upstream_error(exc, self.url) from exc
+        finally:
+            call.upstream += time.perf_counter() - started
+        self.metrics.upstream_seconds.labels(str(upstream.status_code)).observe(time.perf_counter() - started)
+        return upstream
+
+    def _recall(self, call: Call, reply: Reply) -> None:
+        """Answer a recall-only reply from the store; the next upstream body carries the answers."""
+        message = reply.message()
+        results = recall.answers(message, lambda h: self.turns.payload(call.turn.session, h))
+        body = recall.extend(call.body, message, results)
+        counted = self.turns.count(recall.as_messages(body), call.request.tools)
+        budget = self.settings.window - int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        if counted > budget:  # the answer must leave the reply its max_tokens within the window
+            body = recall.extend(call.body, message, recall.too_large(results, counted, budget))
+            counted = self.turns.count(recall.as_messages(body), call.request.tools)
+        self.metrics.recalls.inc(len(results))
+        call.body, call.counted = body, counted
+
+    def _check_exact(self, call: Call, reply: Reply) -> None:
+        self.metrics.exactness(model=call.model, counted=call.counted, reported=reply.prompt_tokens,
+                               session=call.turn.session)
+
+    async def _finish(self, call: Call, reply: Reply) -> None:
+        """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
+        if reply.finish_reason is not None:
+            await run_in_threadpool(self.turns.append_reply, call.turn, reply.message())
+        self.metrics.overhead_seconds.observe(time.perf_counter() - call.started - call.upstream)
+
+    async def models(self, http: HTTPRequest) -> Response:
+        try:
+            upstream = await self.client.get(f"{self.url}/models", headers=forward_headers(http))
+        except httpx.HTTPError as exc:
+            return error_response(upstream_error(exc, self.url))
+        return passthrough(upstream, upstream.content, {})
+
+    async def fit(self, http: HTTPRequest) -> Response:
+        """Stateless: the body fitted as a turn would send it (the same wire form, no session)."""
+        try:
+            raw = await read_json(http, self.settings.max_request_bytes)
+            options = raw.pop("budgeter", None) or {}
+            if not isinstance(options, dict):
+                raise InvalidInput("budgeter must be an object of policy fields", field="budgeter")
+            body, result = await run_in_threadpool(self._fit, raw, options)
+        except Exception as exc:
+            return error_response(exc)
+        self.metrics.built(result)
+        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
+
+    def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any], BuildResult]:
+        request = Request.of(raw)
+        result = self.turns.fit(request, overrides=options)
+        messages, tools = self.turns.wire(result, request.tools)
+        body = {**raw, "messages": messages, **({"tools": tools} if tools else {})}
+        if not tools:
+            body.pop("tools", None)
+        return body, result
+
+    async def health(self, http: HTTPRequest) -> Response:
+        try:
+            await run_in_threadpool(self.sessions.store.ping)
+        except Exception:
+            return JSONResponse({"status": "NOT_SERVING", "store": self.sessions.store.name}, 503)
+        return JSONResponse({"status": "SERVING", "store": self.sessions.store.name, "upstream": self.url})
+
+    async def metrics_route(self, http: HTTPRequest) -> Response:
+        return Response(generate_latest(self.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
+    raw = await http.body()
+    if len(raw) > limit:
+        raise InvalidInput(f"the request body is {len(raw)} bytes; the limit is {limit}",
+                           reason="REQUEST_TOO_LARGE", metadata={"limit": limit})
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"the request body is not JSON: {exc}", reason="INVALID_JSON") from exc
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
+    return body
+
+
+def forward_headers(http: HTTPRequest) -> dict[str, str]:
+    """The client's headers for the upstream (its API key among them), less hop-by-hop ones."""
+    return {k: v for k, v in http.headers.items() if k.lower() not in DROP}
+
+
+def response_headers(upstream: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP}
+
+
+def passthrough(upstream: httpx.Response, content: bytes, extra: dict[str, str]) -> Response:
+    return Response(content, upstream.status_code, headers={**response_headers(upstream), **extra})
+
+
+def report_headers(turn: Turn) -> dict[str, str]:
+    """What budgeter did, readable by any client without changing the OpenAI body."""
+    r = turn.result
+    return {
+        "X-Budgeter-Session": turn.session,
+        "X-Budgeter-Tokens-Before": str(r.tokens_before),
+        "X-Budgeter-Tokens-After": str(r.tokens),
+        "X-Budgeter-Budget": str(r.budget),
+        "X-Budgeter-Compacted": str(r.compacted).lower(),
+        "X-Budgeter-Extends-Previous": str(r.extends_previous).lower(),
+        "X-Budgeter-Handles": ",".join(sorted(r.payloads)[:MAX_HANDLES]),  # the full list: report()
+        "X-Budgeter-Handle-Count": str(len(r.payloads)),
+        "X-Budgeter-Appended": str(turn.appended),
+        "X-Budgeter-Forked": str(turn.forked).lower(),
+    }
+
+
+async def not_found(http: HTTPRequest, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    what = "no such route" if status == 404 else "method not allowed"
+    return JSONResponse(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
+                                   code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
+
+
+def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "",
+               client: httpx.AsyncClient | None = None) -> Starlette:
+    proxy = Proxy(settings, sessions, tokenizer=tokenizer, client=client)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await proxy.close()
+
+    routes = [
+        Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
+        Route("/v1/models", proxy.models, methods=["GET"]),
+        Route("/v1/budgeter/fit", proxy.fit, methods=["POST"]),
+        Route("/health", proxy.health, methods=["GET"]),
+        Route("/metrics", proxy.metrics_route, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: not_found})
+    app.state.proxy = proxy
+    return app

@@ -1,0 +1,62 @@
+"""OpenAI-style error bodies, and the one table from budgeter's errors to HTTP statuses.
+
+``{"error": {"message", "type", "param", "code"}}``: ``code`` is budgeter's stable ``reason``
+(``PINNED_OVER_BUDGET``, ``INVALID_MESSAGE``, ...) so a client can branch on it. Errors of the
+upstream are not ours: their status and body are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+from starlette.responses import JSONResponse
+
+from budgeter import errors as e
+
+log = logging.getLogger("budgeter.proxy")
+
+TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
+    (e.StoreUnavailable, 503, "server_error"),
+    (e.QuotaExceeded, 429, "rate_limit_error"),
+    (e.EtagMismatch, 409, "conflict_error"),
+    (e.BudgeterError, 400, "invalid_request_error"),  # bad input, pinned content over budget, ...
+)
+
+
+class UpstreamError(e.BudgeterError):
+    """The upstream could not be reached or stayed silent past its timeout."""
+
+    reason = "UPSTREAM_UNREACHABLE"
+
+    def __init__(self, message: str, *, reason: str, status: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+def body(message: str, *, type_: str, code: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    if isinstance(exc, UpstreamError):
+        return JSONResponse(body(exc.message, type_="upstream_error", code=exc.reason), exc.status)
+    if isinstance(exc, e.BudgeterError):
+        status, type_ = next((s, t) for cls, s, t in TABLE if isinstance(exc, cls))
+        field = getattr(exc, "field", "") or None
+        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status)
+    from budgeter.service.errors import log_internal
+
+    log_internal(exc)  # type and stack only: never message bodies
+    return JSONResponse(body("internal error", type_="server_error", code="INTERNAL"), 500)
+
+
+def upstream_error(exc: httpx.HTTPError, url: str) -> UpstreamError:
+    """httpx's transport errors, translated where they enter."""
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamError(f"the upstream {url} sent nothing for too long ({type(exc).__name__})",
+                             reason="UPSTREAM_TIMEOUT", status=504)
+    return UpstreamError(f"the upstream {url} is unreachable: {type(exc).__name__}: {exc}",
+                         reason="UPSTREAM_UNREACHABLE", status=502)

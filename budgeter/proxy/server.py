@@ -1,0 +1,126 @@
+"""Running the proxy with uvicorn: ``serve(settings)`` in the foreground (``budgeter proxy``), or
+``start(settings)`` in a thread on a given socket (tests and benchmarks bind ``127.0.0.1:0``)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from budgeter.errors import BudgeterError
+from budgeter.proxy.app import create_app
+from budgeter.service.profiles import Profiles
+from budgeter.service.sessions import Limits, Sessions
+from budgeter.settings import Settings
+from budgeter.store import open_store
+
+log = logging.getLogger("budgeter.proxy")
+
+
+def open_sessions(settings: Settings) -> Sessions:
+    """The same session layer and store as ``budgeter serve`` (so both can share one store)."""
+    options: dict[str, object] = {"idempotency_ttl": settings.idempotency_ttl}
+    if settings.store_url.startswith(("redis", "unix://")):
+        options["prefix"] = settings.redis_prefix
+    store = open_store(settings.store_url, **options)
+    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
+    profiles.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
+    limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
+                    settings.max_sessions, settings.live_sessions)
+    return Sessions(store, profiles, limits=limits)
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGTERM and Ctrl-C stop the server gracefully and the process exits 0 (uvicorn's own
+        handler re-raises the signal after shutdown)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
+    app = create_app(settings, sessions)
+    return uvicorn.Config(app, host=settings.host, port=settings.proxy_port, log_level=log_level,
+                          access_log=False, timeout_graceful_shutdown=int(settings.grace) or None,
+                          lifespan="on")
+
+
+@dataclass
+class ProxyServer:
+    server: uvicorn.Server
+    thread: threading.Thread
+    port: int
+    sessions: Sessions
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sessions.store.close()
+
+
+class CannotListen(BudgeterError):
+    reason = "CANNOT_LISTEN"
+
+
+def _bind(settings: Settings) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.proxy_port))
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(f"cannot listen on {settings.host}:{settings.proxy_port}: {exc.strerror}",
+                            metadata={"port": settings.proxy_port}) from exc
+    return sock
+
+
+def start(settings: Settings, *, sessions: Sessions | None = None, log_level: str = "warning") -> ProxyServer:
+    """The proxy on ``settings.host:settings.proxy_port`` (0: a free port) in a background thread."""
+    sessions = sessions or open_sessions(settings)
+    sock = _bind(settings)
+    server = uvicorn.Server(_config(settings, sessions, log_level=log_level))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="budgeter-proxy")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        raise BudgeterError("the proxy did not start")
+    return ProxyServer(server, thread, sock.getsockname()[1], sessions)
+
+
+def serve(settings: Settings, *, log_level: str = "info") -> None:
+    """Run in the foreground until SIGTERM or Ctrl-C; in-flight requests get ``settings.grace``
+    seconds."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
+    sessions = open_sessions(settings)
+    gc.freeze()  # the loaded tokenizer's objects leave the collector's generations: shorter full collections
+    try:
+        sock = _bind(settings)
+        port = sock.getsockname()[1]
+        print(f"budgeter proxy: serving on http://{settings.host}:{port}/v1 -> {settings.upstream} "
+              f"(store {settings.store_url}, tokenizer {settings.default_tokenizer})", flush=True)
+        _Server(_config(settings, sessions, log_level=log_level)).run(sockets=[sock])
+    finally:
+        sessions.store.close()
+    print("budgeter proxy: stopped", flush=True)

@@ -1,0 +1,159 @@
+"""The upstream's reply: passed through byte for byte, with a parsed copy for the history.
+
+``Tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
+to httpx-sse's parser; events are never re-synthesised. ``Reply`` accumulates what the parsed
+copy says (content, reasoning, tool calls by index, finish_reason, usage) into the assistant
+message that is appended to the session.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, ServerSentEvent
+
+from budgeter.core.messages import Message, ToolCall
+
+log = logging.getLogger("budgeter.proxy")
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Reply:
+    """The first choice of a reply, accumulated from a response body or from stream chunks."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    chunks: int = 0
+
+    @classmethod
+    def of_body(cls, body: Any) -> Reply:
+        reply = cls()
+        if not isinstance(body, dict):
+            return reply
+        reply._usage(body)
+        choice = _first_choice(body)
+        if choice is not None:
+            reply._delta(choice.get("message"))
+            reply._finish(choice)
+        return reply
+
+    def add_chunk(self, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        self.chunks += 1
+        self._usage(data)
+        choice = _first_choice(data)
+        if choice is not None:
+            self._delta(choice.get("delta"))
+            self._finish(choice)
+
+    def _usage(self, data: dict[str, Any]) -> None:
+        if isinstance(data.get("usage"), dict):
+            self.usage = data["usage"]
+
+    def _finish(self, choice: dict[str, Any]) -> None:
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish_reason = choice["finish_reason"]
+
+    def _delta(self, delta: Any) -> None:
+        if not isinstance(delta, dict):
+            return
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        reasoning = delta.get("reasoning_content", delta.get("reasoning"))
+        if isinstance(reasoning, str):
+            self.reasoning.append(reasoning)
+        for n, raw in enumerate(delta.get("tool_calls") or ()):
+            if isinstance(raw, dict):
+                self._call(raw, n)
+
+    def _call(self, raw: dict[str, Any], n: int) -> None:
+        index = raw.get("index", n)
+        call = self.calls.setdefault(index if isinstance(index, int) else n, _Call())
+        if isinstance(raw.get("id"), str) and raw["id"]:
+            call.id = raw["id"]
+        fn: dict[str, Any] = raw["function"] if isinstance(raw.get("function"), dict) else {}
+        if isinstance(fn.get("name"), str) and fn["name"]:
+            call.name = fn["name"]
+        arguments = fn.get("arguments")
+        if isinstance(arguments, str):
+            call.arguments.append(arguments)
+        elif isinstance(arguments, dict):  # some servers send objects in whole messages
+            call.arguments.append(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
+
+    @property
+    def call_names(self) -> list[str]:
+        return [c.name for c in self.calls.values()]
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        value = (self.usage or {}).get("prompt_tokens")
+        return value if isinstance(value, int) else None
+
+    def message(self) -> Message:
+        calls = tuple(ToolCall(c.id, c.name, "".join(c.arguments))
+                      for _, c in sorted(self.calls.items()))
+        return Message("assistant", "".join(self.content), calls,
+                       reasoning="".join(self.reasoning) if self.reasoning else None,
+                       finish_reason=self.finish_reason)
+
+
+def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
+    for choice in data.get("choices") or ():
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            return choice
+    return None
+
+
+def parse_data(event: ServerSentEvent) -> Any:
+    if event.data == "[DONE]":
+        return None
+    try:
+        return json.loads(event.data)
+    except (ValueError, RecursionError):
+        return None  # not ours to judge: the client gets the bytes as they were
+
+
+class Tee:
+    """Iterate ``upstream``'s raw body; each chunk is given out unchanged, and a copy runs through
+    httpx-sse's parser. ``on_event`` sees each parsed event before the bytes that completed it are
+    given out (so a caller may decide to hold them, see ``recall``)."""
+
+    def __init__(self, upstream: httpx.Response, on_event: Callable[[ServerSentEvent], None]) -> None:
+        self.upstream = upstream
+        self.on_event = on_event
+        self._pending: list[bytes] = []
+
+    async def _tap(self) -> AsyncIterator[bytes]:
+        async for chunk in self.upstream.aiter_raw():
+            self._pending.append(chunk)
+            yield chunk
+
+    def _take(self) -> bytes:
+        out = b"".join(self._pending)
+        self._pending.clear()
+        return out
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        copy = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=self._tap())
+        async for event in EventSource(copy).aiter_sse():
+            self.on_event(event)
+            if self._pending:
+                yield self._take()
+        if self._pending:
+            yield self._take()

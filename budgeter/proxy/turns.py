@@ -1,0 +1,177 @@
+"""The proxy's side of the session layer: reconcile a request with its session, build, append the
+reply, and the stateless fit. Blocking (the store, the tokenizer): the app runs these in threads.
+
+Only ``Sessions``' public operations are used (create, get, live, append, build, count, payload);
+the reconciliation rule is in ``reconcile.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from budgeter.core.engine import BuildResult, trim
+from budgeter.core.jsonargs import dumps_text
+from budgeter.core.messages import Message, from_openai_list, to_template
+from budgeter.core.policy import policy_from_dict
+from budgeter.core.typing import JSONDict
+from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
+from budgeter.proxy import reconcile as rc
+from budgeter.service.model import make_etag
+from budgeter.service.sessions import Sessions, check_tools
+
+log = logging.getLogger("budgeter.proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    session: str
+    result: BuildResult
+    etag: str
+    """The session's etag right after the build: the reply is appended only if nothing came in
+    between (a concurrent duplicate's reply is dropped, not stacked)."""
+    appended: int
+    forked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A stored session as the reconciliation sees it."""
+
+    id: str
+    history: list[Message]
+    tools: list[JSONDict]
+    incarnation: str
+    stored: int = 0
+    """How many of the request's messages it already holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A chat-completions body, checked: messages parsed, the session's tools."""
+
+    messages: list[Message]
+    tools: list[JSONDict]
+
+    @classmethod
+    def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
+        if "messages" not in body:
+            raise InvalidInput("messages is required", field="messages")
+        messages = from_openai_list(body["messages"])
+        if not messages:
+            raise InvalidInput("messages must not be empty", field="messages")
+        tools = check_tools(body.get("tools") or [])
+        return cls(messages, [*tools, *extra_tools])
+
+
+class ProxySessions:
+    def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float) -> None:
+        self.sessions = sessions
+        self.tokenizer = sessions.profiles.name(tokenizer)
+        self.policy = policy
+        self.ttl = ttl
+
+    # -- a turn ----------------------------------------------------------------------------------
+
+    def turn(self, request: Request, *, session: str = "") -> Turn:
+        """Reconcile, append the new suffix once, build."""
+        root = session or rc.derived_id(request.messages, request.tools)
+        for _ in range(2):
+            line = self._resolve(root, request)
+            suffix = request.messages[line.stored:]
+            try:
+                if suffix:
+                    self.sessions.append(line.id, suffix, request_id=rc.request_id(line.id, line.stored, suffix),
+                                         etag=make_etag(line.stored, line.incarnation))
+                break
+            except EtagMismatch:  # another request appended meanwhile: reconcile again
+                continue
+        else:
+            raise EtagMismatch("the session changed while this request was being added; retry",
+                               metadata={"session": line.id})
+        result, info = self.sessions.build(line.id)
+        return Turn(line.id, result, info.etag, len(suffix), line.id != root)
+
+    def _resolve(self, root: str, request: Request) -> _Line:
+        sid = root
+        for _ in range(rc.MAX_FORKS):
+            line = self._line(sid, request)
+            assert line is not None
+            at = rc.match(line.history, request.messages, same_tools=line.tools == request.tools)
+            if at.extends:
+                return replace(line, stored=at.diverges_at)
+            sid = self._fork_of(root, request, at)
+        raise InvalidInput(f"the request diverges from {rc.MAX_FORKS} stored lines of session {root!r}; "
+                           "name a new session with X-Budgeter-Session", field="messages",
+                           reason="TOO_MANY_FORKS")
+
+    def _fork_of(self, root: str, request: Request, at: rc.Match) -> str:
+        """A request that extends a line cut short by a retry continues in that line's fork."""
+        if at.diverges_at < len(request.messages):
+            cut = rc.Match(False, at.diverges_at)
+            retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
+            line = self._line(retried, request, create=False)
+            if line is not None and line.tools == request.tools and rc.match(line.history, request.messages).extends:
+                return retried
+        return rc.fork_id(root, request.messages, request.tools, at)
+
+    def _line(self, sid: str, request: Request, *, create: bool = True) -> _Line | None:
+        """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""
+        try:
+            live = self.sessions.live(sid)
+        except SessionNotFound:
+            if not create:
+                return None
+            try:
+                info = self.sessions.create(session_id=sid, tokenizer=self.tokenizer, policy=self.policy,
+                                            tools=request.tools, ttl=self.ttl)
+                return _Line(sid, [], list(request.tools), info.record.incarnation)
+            except AlreadyExists:
+                live = self.sessions.live(sid)
+        with live.lock:
+            return _Line(sid, list(live.engine.history), list(live.info.config.tools),
+                         live.info.record.incarnation)
+
+    def append_reply(self, turn: Turn, reply: Message) -> bool:
+        """Append the upstream's reply; False when the session moved on meanwhile."""
+        position = int(turn.etag.split(".", 1)[0])
+        try:
+            self.sessions.append(turn.session, [reply], etag=turn.etag,
+                                 request_id=rc.request_id(turn.session, position, [reply], kind="reply"))
+        except EtagMismatch:
+            log.info("reply not stored: session %s changed during the turn", turn.session)
+            return False
+        return True
+
+    # -- stateless ---------------------------------------------------------------------------------
+
+    def fit(self, request: Request, *, overrides: dict[str, Any] | None = None) -> BuildResult:
+        policy = policy_from_dict({**self.policy, **(overrides or {})})
+        counter = self.sessions.profiles.counter(self.tokenizer)
+        with self.sessions.profiles.lock(self.tokenizer):
+            return trim(request.messages, counter=counter, tools=request.tools, policy=policy)
+
+    def wire(self, result: BuildResult, tools: Sequence[JSONDict]) -> tuple[list[JSONDict], list[JSONDict]]:
+        """The prompt's messages and tools as sent upstream. For a template that cannot render
+        tools, tool calls or tool results, or that requires alternating roles, the counter counts
+        a documented adapted rendering (``core/fallback.py``); the proxy sends that same adapted
+        form, so the server renders exactly what was counted and never rejects it."""
+        counter = self.sessions.profiles.counter(self.tokenizer)
+        adapter = getattr(counter, "adapter", None)
+        if adapter is None:
+            return result.openai_messages(), list(tools)
+        dicts, schemas = adapter([to_template(m) for m in result.messages], tools)
+        for m in dicts:
+            for call in m.get("tool_calls") or ():
+                fn = call["function"]
+                if not isinstance(fn["arguments"], str):  # parsed for the template; a string on the wire
+                    fn["arguments"] = dumps_text(fn["arguments"])
+        return dicts, list(schemas)
+
+    def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
+        return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens
+
+    def payload(self, session: str, handle: str) -> str:
+        return self.sessions.payload(session, handle)

@@ -1,0 +1,136 @@
+"""Proxy overhead at a 32K window on loopback, not counting the upstream's own time.
+
+    python -m tests.bench.bench_proxy [--chars 150000] [--sessions 2] [--store sqlite]
+
+`budgeter proxy` runs as its own process (built-in qwen3.6 tokenizer, window 32768, reserve
+2048, SQLite store in a temporary folder) in front of a scripted upstream, also its own process,
+that replays each session's next assistant message. Each turn sends the agent's whole history, as an OpenAI client
+does. Overhead = latency through the proxy minus the latency of the same request sent straight to
+the upstream (so loopback, JSON and the upstream's own time cancel out); turns alternate between
+non-streamed (overhead) and streamed (delay of the first chunk, through the proxy and direct).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any
+
+import httpx
+
+from tests.bench.bench_service import pct, turns
+from tests.bench.sessions import make_session
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], ready: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(ready)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{' '.join(cmd)} did not start")
+
+
+def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]:
+    return start([sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream, "--port", str(port),
+                  "--store", store, "--window", "32768", "--reserve", "2048", "--log-level", "warning"],
+                 f"http://127.0.0.1:{port}/health")
+
+
+def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
+          ) -> tuple[float, float, int, bool]:
+    """(seconds to the first body byte, seconds to the end, status, compacted)."""
+    started = time.perf_counter()
+    first = 0.0
+    with client.stream("POST", url, json=body, headers=headers) as r:
+        for _ in r.iter_raw():
+            first = first or time.perf_counter() - started
+        status = r.status_code
+    return first, time.perf_counter() - started, status, r.headers.get("x-budgeter-compacted") == "true"
+
+
+def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any], sid: str,
+           out: dict[str, list[float]]) -> None:
+    history: list[dict[str, Any]] = []
+    steps = turns(body["messages"])
+    for k, step in enumerate(steps):
+        if step[0]["role"] == "assistant":  # the model's turn: the scripted upstream replies with it
+            reply, history = step[0], history + step[1:]
+            request = {"model": "bench", "messages": history, "tools": body["tools"], "scripted_reply": reply,
+                       "stream": k % 2 == 0}
+            via = timed(client, proxy + "/chat/completions", request, {"X-Budgeter-Session": sid})
+            direct = timed(client, upstream + "/chat/completions", request, {})
+            assert via[2] == direct[2] == 200, (via, direct)
+            if request["stream"]:
+                out["first chunk via proxy"].append(via[0])
+                out["first chunk direct"].append(direct[0])
+                out["first chunk added, compacting turns" if via[3] else "first chunk added, other turns"].append(
+                    via[0] - direct[0])
+            else:
+                out["overhead"].append(via[1] - direct[1])
+                out["direct"].append(direct[1])
+                out["overhead, compacting turns" if via[3] else "overhead, other turns"].append(via[1] - direct[1])
+            history = history + [reply]
+        else:
+            history = history + step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chars", type=int, default=150_000)
+    ap.add_argument("--sessions", type=int, default=2)
+    ap.add_argument("--store", default="sqlite")
+    args = ap.parse_args()
+    up_port, port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
+        proc = start_proxy(upstream, store, port)
+        out: dict[str, list[float]] = defaultdict(list)
+        try:
+            with httpx.Client(timeout=60) as client:
+                for seed in range(args.sessions):
+                    replay(client, f"http://127.0.0.1:{port}/v1", upstream,
+                           make_session(seed, chars=args.chars), f"bench-{seed}", out)
+                metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
+        finally:
+            for p in (proc, up):
+                p.terminate()
+                p.wait(30)
+    print(f"budgeter proxy, window 32768, {args.sessions} sessions of {args.chars:,} chars, store {args.store}, "
+          f"{len(out['overhead'])} non-streamed + {len(out['first chunk via proxy'])} streamed turns")
+    for name, xs in sorted(out.items()):
+        ms = [x * 1000 for x in xs]
+        print(f"  {name:<36} n {len(ms):3}  p50 {pct(ms, .5):6.2f} ms   p99 {pct(ms, .99):6.2f} ms   "
+              f"mean {statistics.mean(ms):6.2f} ms")
+    delays = [(a - b) * 1000 for a, b in zip(out["first chunk via proxy"], out["first chunk direct"], strict=True)]
+    print(f"  {'first chunk added':<36} n {len(delays):3}  p50 {pct(delays, .5):6.2f} ms   "
+          f"p99 {pct(delays, .99):6.2f} ms")
+    buckets = [line.split("{", 1)[1] for line in metrics.splitlines()
+               if line.startswith("budgeter_proxy_overhead_seconds_bucket")]
+    print("  in-proxy time (reconcile, append, build, reply append; histogram):", ", ".join(
+        f"{b.split('}')[0].removeprefix('le=')} {float(b.split('} ')[1]):.0f}" for b in buckets[:8]))
+    compacted = [line for line in metrics.splitlines() if line.startswith("budgeter_tokens_elided_total")]
+    print("  compaction:", "; ".join(compacted) or "none")
+
+
+if __name__ == "__main__":
+    main()

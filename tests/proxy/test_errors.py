@@ -1,0 +1,143 @@
+"""Errors: upstream unreachable is 502, upstream errors pass through, budgeter's own are 400 with
+code = reason, a silent upstream times out, unknown routes are an OpenAI-style 404; plus the other
+routes (models, health, metrics) and the stateless fit."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.proxy.upstream import Script
+
+pytestmark = pytest.mark.shared
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+USER = {"role": "user", "content": "hi"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_upstream_is_a_502_with_an_openai_error(make_proxy):
+    proxy = make_proxy(upstream_url=f"http://127.0.0.1:{free_port()}/v1")
+    with pytest.raises(openai.APIStatusError) as err:
+        proxy.client.chat.completions.create(model="m", messages=[SYSTEM, USER])
+    assert err.value.status_code == 502
+    assert err.value.body["code"] == "UPSTREAM_UNREACHABLE"
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [USER], "stream": True})
+    assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_error"
+
+
+def test_upstream_errors_pass_through_unchanged(proxy):
+    error = {"error": {"message": "Failed to parse tool call arguments as JSON", "type": "server_error", "code": 500}}
+    proxy.upstream.script(Script(status=500, error=error), Script(status=400, error={"error": {"message": "bad"}}))
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]})
+    assert r.status_code == 500 and r.json() == error
+    r = httpx.post(proxy.base_url + "/chat/completions",
+                   json={"model": "m", "messages": [SYSTEM, USER], "stream": True})
+    assert r.status_code == 400 and r.json() == {"error": {"message": "bad"}}
+
+
+def test_budgeter_errors_are_400_with_the_reason_as_code(proxy):
+    huge = {"role": "system", "content": "rules " * 5000}  # pinned, over the 3584-token budget
+    with pytest.raises(openai.BadRequestError) as err:
+        proxy.client.chat.completions.create(model="m", messages=[huge, USER])
+    assert err.value.body["code"] == "PINNED_OVER_BUDGET" and "budget" in err.value.body["message"]
+    assert proxy.upstream.received == []  # nothing was sent
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [{"role": "robot"}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_MESSAGE"
+    assert r.json()["error"]["param"] == "messages[0].role"
+    r = httpx.post(proxy.base_url + "/chat/completions", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_JSON"
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [USER]},
+                   headers={"X-Budgeter-Session": "no spaces allowed"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+
+
+def test_a_silent_upstream_times_out_instead_of_hanging(make_proxy, upstream):
+    proxy = make_proxy(upstream_read_timeout=0.5)
+    upstream.script(Script(content="late", delay=3))
+    started = time.monotonic()
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]},
+                   timeout=10)
+    assert r.status_code == 504 and r.json()["error"]["code"] == "UPSTREAM_TIMEOUT"
+    assert time.monotonic() - started < 2.5
+
+
+def test_unknown_routes_are_openai_style_404s(proxy):
+    r = httpx.get(proxy.base_url + "/embeddings")
+    assert r.status_code == 404
+    assert r.json() == {"error": {"message": "no such route: GET /v1/embeddings", "type": "invalid_request_error",
+                                  "param": None, "code": "NOT_FOUND"}}
+    r = httpx.get(proxy.base_url + "/chat/completions")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+def test_models_health_and_metrics(proxy):
+    assert [m.id for m in proxy.client.models.list()] == ["scripted"]
+    root = proxy.base_url.removesuffix("/v1")
+    health = httpx.get(root + "/health")
+    assert health.status_code == 200 and health.json()["status"] == "SERVING"
+    proxy.upstream.script(Script(content="x", prompt_tokens=7))  # an upstream that counts otherwise
+    proxy.client.chat.completions.create(model="m", messages=[SYSTEM, USER])
+    text = httpx.get(root + "/metrics").text
+    assert 'budgeter_rpc_duration_seconds_count{code="200",method="chat.completions"} 1.0' in text
+    assert 'budgeter_proxy_prompt_tokens_mismatches_total{model="m"} 1.0' in text
+    assert "budgeter_tokens_counted_total" in text and "budgeter_proxy_overhead_seconds_count 1.0" in text
+
+
+def test_exact_replies_are_observed_at_zero(proxy, caplog):
+    proxy.upstream.script(Script(content="x"))
+    proxy.client.chat.completions.create(model="m", messages=[SYSTEM, USER])
+    text = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'budgeter_proxy_prompt_tokens_delta_bucket{le="-1.0",model="m"} 0.0' in text
+    assert 'budgeter_proxy_prompt_tokens_delta_bucket{le="0.0",model="m"} 1.0' in text
+    assert "mismatch" not in caplog.text
+
+
+def test_fit_returns_a_fitted_body_and_its_report(proxy):
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+    messages = [SYSTEM, USER]
+    for i in range(12):
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i}\n" * 300}]
+    messages.append({"role": "user", "content": "go on"})
+    r = httpx.post(proxy.base_url + "/budgeter/fit",
+                   json={"model": "m", "messages": messages, "tools": tools, "temperature": 0.2})
+    assert r.status_code == 200
+    out = r.json()
+    assert out["body"]["model"] == "m" and out["body"]["temperature"] == 0.2 and out["body"]["tools"] == tools
+    report = out["report"]
+    assert report["tokens_before"] > report["budget"] >= report["tokens_after"] and report["fits"]
+    assert report["compacted"] and out["body"]["messages"][-1] == {"role": "user", "content": "go on"}
+    r = httpx.post(proxy.base_url + "/budgeter/fit",
+                   json={"messages": messages, "tools": tools, "budgeter": {"window": 100000}})
+    assert r.json()["report"]["compacted"] is False
+    assert proxy.sessions.store.count() == 0  # stateless
+
+
+def test_a_stream_cut_by_the_client_or_a_stalled_upstream_stores_nothing_and_never_hangs(make_proxy, upstream):
+    proxy = make_proxy(upstream_read_timeout=0.5)
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": True}
+    upstream.script(Script(content="partial answer", stall=1.5))
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10) as r:
+        session = r.headers["x-budgeter-session"]
+        next(r.iter_raw())  # the client goes away after the first chunk
+    upstream.script(Script(content="partial answer", stall=3))
+    started = time.monotonic()
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10) as r:
+        got = b"".join(r.iter_raw())  # the upstream stalls past the read timeout: the stream ends
+    assert time.monotonic() - started < 2.5 and b"partial" in got and b"[DONE]" not in got
+    time.sleep(1.6)
+    assert [m.role for m in proxy.history(session)] == ["system", "user"]  # no half reply stored
+    upstream.script(Script(content="whole"))
+    r = httpx.post(proxy.base_url + "/chat/completions", json={**body, "stream": False})
+    assert r.status_code == 200 and proxy.history(session)[-1].content == "whole"

@@ -1,0 +1,139 @@
+"""A real llama.cpp server behind the proxy (tests/llamacpp.py): budgeter's count of every prompt
+it sent equals the server's own usage.prompt_tokens, streamed and not, across compaction. Two
+real GGUFs: Gemma 3 270M (a real model with a SentencePiece vocabulary, given a Gemma 3 template
+file), and a tiny random-weight GGUF around the shared Qwen3 tokenizer and template (noise text,
+but the server's own tokenizer, template, tool rendering, SSE and finish_reason length)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from budgeter.proxy.server import open_sessions, start
+from budgeter.settings import Settings
+from tests.bench.sessions import make_session
+from tests.llamacpp import require_server, serve, vocab_from_hf, write_tiny_gguf
+from tests.proxy.gemma import TEMPLATE, gemma_model, gemma_tokenizer_folder
+
+QUESTIONS = ["What is the capital of France?", "Name three colours of the rainbow.",
+             "Write one sentence about the sea.", "What do bees make?", "Count from one to five.",
+             "Say something about mountains.", "What is two plus two?", "Name a fruit that is yellow.",
+             "Describe rain in a few words.", "What animal says moo?", "Tell me about the moon.",
+             "What is ice made of?"]
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    require_server()
+    model, why = gemma_model()
+    if model is None:
+        pytest.skip(why)
+    try:
+        folder = gemma_tokenizer_folder(model)
+    except ImportError as exc:  # transformers moved its GGUF tokenizer converter
+        pytest.skip(f"cannot rebuild Gemma's tokenizer from the GGUF: {exc}")
+    with serve(model, chat_template_file=TEMPLATE, ctx_size=2048) as url:
+        yield url + "/v1", str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(qwen3_path, tmp_path_factory):
+    require_server()
+    model = write_tiny_gguf(vocab_from_hf(qwen3_path), tmp_path_factory.mktemp("gguf") / "qwen3-tiny.gguf")
+    with serve(model, ctx_size=32768) as url:
+        yield url + "/v1", qwen3_path
+
+
+def agent_loop(base_url: str, turns: list[str], *, max_tokens: int = 12) -> list[tuple[int, int, bool, bool]]:
+    """An unmodified OpenAI-SDK loop; (server prompt_tokens, budgeter's count, compacted, streamed)
+    per turn."""
+    import openai
+
+    llm = openai.OpenAI(base_url=base_url, api_key="-", max_retries=0, timeout=300)
+    messages = [{"role": "system", "content": "You answer in one short sentence. " * 8}]
+    seen = []
+    for k, question in enumerate(turns):
+        messages.append({"role": "user", "content": question + " Please answer with care and detail. " * 3})
+        stream = k % 2 == 1
+        if stream:
+            with llm.chat.completions.with_streaming_response.create(
+                    model="gemma", messages=messages, max_tokens=max_tokens, stream=True,
+                    stream_options={"include_usage": True}) as raw:
+                chunks = list(raw.parse())
+                headers = raw.headers
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            usage = chunks[-1].usage
+        else:
+            raw = llm.chat.completions.with_raw_response.create(model="gemma", messages=messages, max_tokens=max_tokens)
+            reply = raw.parse()
+            headers, text, usage = raw.headers, reply.choices[0].message.content or "", reply.usage
+        messages.append({"role": "assistant", "content": text})
+        seen.append((usage.prompt_tokens, int(headers["x-budgeter-tokens-after"]),
+                     headers["x-budgeter-compacted"] == "true", stream))
+    return seen
+
+
+def test_gemma_prompt_tokens_equal_budgeter_count_across_compaction(gemma):
+    url, folder = gemma
+    settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"gemma3": folder},
+                        default_tokenizer="gemma3", window=512, reserve=64, metrics_port=0)
+    proxy = start(settings, sessions=open_sessions(settings))
+    try:
+        seen = agent_loop(proxy.base_url, QUESTIONS)
+        metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+    finally:
+        proxy.stop()
+    print("gemma (server prompt_tokens, budgeter, compacted, streamed):", seen)
+    assert [server for server, *_ in seen] == [ours for _, ours, *_ in seen], seen
+    assert any(compacted for *_, compacted, _ in seen) and any(s for *_, s in seen), seen
+    assert all(ours <= 512 - 64 for _, ours, *_ in seen)
+    assert 'budgeter_proxy_prompt_tokens_mismatches_total{model="gemma"}' not in metrics
+    assert f'budgeter_proxy_prompt_tokens_delta_bucket{{le="0.0",model="gemma"}} {len(seen)}.0' in metrics
+
+
+def proxied(url: str, folder: str, *, window: int, reserve: int):
+    settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"model": folder},
+                        default_tokenizer="model", window=window, reserve=reserve, metrics_port=0)
+    return start(settings, sessions=open_sessions(settings))
+
+
+@pytest.mark.shared
+def test_tiny_qwen3_coding_session_with_cut_calls_is_exact_and_accepted(tiny_qwen3):
+    """A coding session holding tool calls cut mid-string: llama-server refuses it as it is; through
+    the proxy every prompt (compacted, hygiene applied) is accepted and counted exactly."""
+    import openai
+
+    url, folder = tiny_qwen3
+    body = make_session(1, chars=60_000)
+    assert any(m.get("finish_reason") == "length" for m in body["messages"])
+    raw = httpx.post(url + "/chat/completions", json={**body, "max_tokens": 1}, timeout=300)
+    assert raw.status_code == 500 and "pars" in raw.text.lower()  # a strict provider, like the hosted ones
+    proxy = proxied(url, folder, window=8192, reserve=512)
+    llm = openai.OpenAI(base_url=proxy.base_url, api_key="-", max_retries=0, timeout=300)
+    messages, seen = list(body["messages"]), []
+    try:
+        for k in range(6):
+            kw = {"model": "tiny", "messages": messages, "tools": body["tools"], "max_tokens": 6}
+            if k % 2:
+                with llm.chat.completions.with_streaming_response.create(
+                        **kw, stream=True, stream_options={"include_usage": True}) as r:
+                    chunks, headers = list(r.parse()), r.headers
+                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                usage, finish = chunks[-1].usage, [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+            else:
+                r = llm.chat.completions.with_raw_response.create(**kw)
+                reply, headers = r.parse(), r.headers
+                text, usage = reply.choices[0].message.content or "", reply.usage
+                finish = reply.choices[0].finish_reason
+            seen.append((usage.prompt_tokens, int(headers["x-budgeter-tokens-after"]),
+                         headers["x-budgeter-compacted"], headers["x-budgeter-appended"], finish))
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"go on ({k})"}]
+        stored = proxy.sessions.list_sessions()[0]
+        history = proxy.sessions.live(stored[0].id).engine.history
+    finally:
+        proxy.stop()
+    print("tiny qwen3 (server prompt_tokens, budgeter, compacted, appended, finish):", seen)
+    assert [s[0] for s in seen] == [s[1] for s in seen], seen
+    assert seen[0][2] == "true" and all(s[1] <= 8192 - 512 for s in seen)
+    assert [s[3] for s in seen[1:]] == ["1"] * 5  # the echo matched the stored reply: only the user message is new
+    assert len(stored) == 1 and history[-1].finish_reason == "length" == seen[-1][4]

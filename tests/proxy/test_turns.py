@@ -1,0 +1,97 @@
+"""The official OpenAI client against budgeter proxy, in front of a scripted upstream: the prompt
+sent is the one BuildPrompt returns, streamed bytes pass through unchanged, the reply is appended
+once with its finish_reason, and sessions are reconciled by the documented rule."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from budgeter.core.jsonargs import ArgStatus, classify_arguments
+from tests.proxy.upstream import Script
+
+pytestmark = pytest.mark.shared
+
+SYSTEM = {"role": "system", "content": "You are a coding agent."}
+TOOLS = [{"type": "function", "function": {
+    "name": "write_file", "description": "Write a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                   "required": ["path", "content"]}}}]
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def test_non_streamed_turn_sends_the_built_prompt_and_appends_the_reply(proxy):
+    proxy.upstream.script(Script(content="Hello there."))
+    messages = [SYSTEM, user("hi")]
+    raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    reply = raw.parse()
+    assert reply.choices[0].message.content == "Hello there."
+    sent = proxy.upstream.received[-1]
+    assert sent["messages"] == messages and sent["model"] == "m"
+    assert sent["max_tokens"] == 512  # the reserve, as the request had none
+    session = raw.headers["x-budgeter-session"]
+    assert session.startswith("px-")
+    assert int(raw.headers["x-budgeter-tokens-after"]) == reply.usage.prompt_tokens  # transformers' count
+    assert raw.headers["x-budgeter-appended"] == "2" and raw.headers["x-budgeter-forked"] == "false"
+    history = proxy.history(session)
+    assert [m.role for m in history] == ["system", "user", "assistant"]
+    assert history[-1].content == "Hello there." and history[-1].finish_reason == "stop"
+
+
+def test_streamed_bytes_pass_through_unchanged_and_the_copy_is_appended(proxy):
+    proxy.upstream.script(Script(content="Streaming works, chunk by chunk."))
+    body = {"model": "m", "messages": [SYSTEM, user("stream please")], "stream": True}
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=30) as r:
+        got = b"".join(r.iter_raw())
+        session = r.headers["x-budgeter-session"]
+        assert r.headers["content-type"].startswith("text/event-stream")
+    assert got == b"".join(proxy.upstream.sent)
+    history = proxy.history(session)
+    assert history[-1].content == "Streaming works, chunk by chunk." and history[-1].finish_reason == "stop"
+
+
+def test_openai_client_streamed(proxy):
+    proxy.upstream.script(Script(content="one two three"))
+    stream = proxy.client.chat.completions.create(model="m", messages=[SYSTEM, user("count")], stream=True,
+                                                  stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "one two three"
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+
+
+def test_a_tool_call_cut_by_length_is_stored_truncated_and_never_recovered(proxy):
+    cut = '{"path": "index.html", "content": "<html><body>unfinish'
+    proxy.upstream.script(Script(tool_calls=[{"id": "c1", "name": "write_file", "arguments": cut}],
+                                 finish_reason="length"), Script(content="ok"))
+    messages = [SYSTEM, user("write a page")]
+    stream = proxy.client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True)
+    chunks = list(stream)
+    assert chunks[-1].choices[0].finish_reason == "length"
+    args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or ""
+                   for c in chunks if c.choices and c.choices[0].delta.tool_calls)
+    assert args == cut  # the agent gets the upstream's bytes, cut as they were
+    session = [s for s in _sessions(proxy)][0]
+    stored = proxy.history(session)[-1]
+    assert stored.finish_reason == "length" and stored.tool_calls[0].arguments == cut
+    assert classify_arguments(cut, finish_reason="length").status == ArgStatus.TRUNCATED
+    # the agent goes on (its executor refused the cut call); the prompt sent upstream stays valid
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": cut}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "Error: the call was cut; send it again"}
+    proxy.client.chat.completions.create(model="m", messages=[*messages, call, result], tools=TOOLS)
+    sent = proxy.upstream.received[-1]
+    for m in sent["messages"]:
+        for tc in m.get("tool_calls") or ():
+            json.loads(tc["function"]["arguments"])  # every argument string in the prompt parses
+    assert len(proxy.history(session)) == 5
+
+
+def _sessions(proxy) -> list[str]:
+    infos, _ = proxy.sessions.list_sessions()
+    return [i.id for i in infos]
