@@ -320,8 +320,10 @@ def report_headers(turn: Turn) -> dict[str, str]:
         "X-Budgeter-Budget": str(r.budget),
         "X-Budgeter-Compacted": str(r.compacted).lower(),
         "X-Budgeter-Extends-Previous": str(r.extends_previous).lower(),
-        "X-Budgeter-Handles": ",".join(sorted(r.payloads)[:MAX_HANDLES]),  # the full list: report()
-        "X-Budgeter-Handle-Count": str(len(r.payloads)),
+        "X-Budgeter-Cache-Break-At": str(r.prefix_changed_at),
+        "X-Budgeter-Reread-Tokens": str(r.reread_tokens),
+        "X-Budgeter-Handles": ",".join(r.handles[:MAX_HANDLES]),  # the full list: report()
+        "X-Budgeter-Handle-Count": str(len(r.handles)),
         "X-Budgeter-Appended": str(turn.appended),
         "X-Budgeter-Forked": str(turn.forked).lower(),
     }

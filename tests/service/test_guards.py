@@ -126,3 +126,27 @@ def test_readme_executor_recipe(client):
     assert results[1].startswith("Error: cut inside a string")
     assert results[2] == "ok" and len(results) == 4  # the identical retry folded the first failure
     assert "write_file x2" in results[3] and results[3].endswith("\nError: same as call #7: Error: disk full")
+
+
+def test_append_gives_the_verdict_validate_gives(client, tmp_path):
+    """One verdict: AppendMessages, ValidateToolCall and `budgeter validate` agree, in one shape."""
+    import json
+    import subprocess
+    import sys
+
+    s = client.create_session(tools=TOOLS)
+    page = "<!DOCTYPE html><html><title>Shop</title>" + "x" * 7000 + "</html>"
+    first = s.append([{"role": "user", "content": "build"}, call("w1", "write_file", {"path": "", "content": page})])
+    v1 = first["messages"][1]["tool_calls"][0]
+    assert not v1["runnable"] and [p["code"] for p in v1["problems"]] == ["EMPTY_REQUIRED"]
+    assert v1 == s.validate_tool_call(tc("w1", {"path": "", "content": page})) | {"operation": "WRITE", "path": ""}
+    s.append([result("w1", "Error: path must not be empty")])
+    again = s.append([call("w2", "write_file", {"path": "", "content": page})])["messages"][0]["tool_calls"][0]
+    assert not again["runnable"] and again["repeat_of"] == 1
+    assert {p["code"] for p in again["problems"]} == {"EMPTY_REQUIRED", "REPEATED_FAILURE"}
+    body = tmp_path / "call.json"
+    body.write_text(json.dumps({"tool_call": tc("w9", {"path": "", "content": "<p>x</p>"}), "tools": TOOLS}))
+    cli = subprocess.run([sys.executable, "-m", "budgeter", "validate", str(body)], capture_output=True, text=True)
+    assert cli.returncode == 1
+    served = client.validate_tool_call(tc("w9", {"path": "", "content": "<p>x</p>"}), tools=TOOLS)
+    assert json.loads(cli.stdout) == served  # the client's JSON and the CLI's, key for key
