@@ -110,6 +110,7 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     times = refs.index(ref) + 1
     original_args = log.messages[ref[0]].tool_calls[ref[1]].arguments
     args_handle = handle_for(original_args)
+    recorded = set(ctx.payloads)
     ctx.payloads[args_handle] = original_args
     error = log.messages[result_item.index].content
     verbatim = ctx.policy.keep_latest_failure and not log.answered(ref)
@@ -119,6 +120,8 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
         return call_item, result_item, None  # collapsed under pressure in an earlier round: keep it stable
     if verbatim and not pressed:
         if times == 1:
+            if args_handle not in recorded:
+                del ctx.payloads[args_handle]
             return call_item, result_item, None
         note = marker("failed", f.facts.name, count, "earlier identical attempts folded", f"h={args_handle}")
         return call_item, _with_content(result_item, f"{note}\n{error}"), None
@@ -133,6 +136,8 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     # the stub stands for the whole failed call (arguments and error): it must be shorter than both
     before = len(error) + len(original_args if f.facts.value is not None else _arguments(call_item, f))
     if len(note) + len(_arguments(new_call, f)) >= before:  # nothing shorter: the call as it was
+        for handle in set(ctx.payloads) - recorded:  # no handle of it is shown, so none is kept
+            del ctx.payloads[handle]
         return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None
     new_result = _with_content(result_item, note)
     action = None

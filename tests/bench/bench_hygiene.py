@@ -1,0 +1,155 @@
+"""Window hygiene, turn by turn: append what happened, build before each assistant turn.
+
+    python -m tests.bench.bench_hygiene [--tokenizer SPEC ...] [--check-exact FOLDER]
+
+Sessions: the generated coding sessions (tests/bench/sessions.py: failed writes of 5.7-8.3K chars
+with an empty path retried 2-3 times, cut arguments, failing test runs, big reads and greps) at
+60K chars (fits a 32K window from start to end), 300K and 900K chars, and the five-failure session
+of the issue (two failed writes of 8,216 chars and three of 7,790, each answered "path is
+required", then the write that works; fits from start to end). Per tokenizer it prints:
+
+- failed-call argument characters in each prompt, the newest not-yet-answered failure excluded,
+  as a share of the failed-call argument characters in the history at that turn, summed over the
+  replay (target <= 2%), and the largest share of a single turn (a short failed command line, which
+  no stub can shorten, is 100% of a history that holds only it);
+- the share of turns whose prompt extends the previous one (target >= 90%);
+- tokens the server must read again (after ``cache_break_at``) against tokens appended since the
+  previous prompt, summed over the replay (target <= 1.5x);
+- user messages kept, and the share of elided payloads whose handle is in the prompt;
+- with --check-exact, the count of every 10th prompt against transformers' apply_chat_template
+  with that model folder (must be equal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from budgeter.core import Policy, Session
+from budgeter.core.markers import find_markers
+from budgeter.core.messages import Message, from_openai_list
+from budgeter.tokenizers import resolve
+from tests.bench.sessions import TOOLS, make_session
+
+PATH_REQUIRED = "Error: path is required"
+
+
+def five_failures() -> dict[str, Any]:
+    """The issue's session: ~18K tokens, five failed writes, then the one that works."""
+    def page(chars: int) -> str:
+        body = "".join(f"<section><h2>Offer {i}</h2><p>Fresh bread every morning.</p></section>\n"
+                       for i in range(chars // 60))
+        return ("<!DOCTYPE html><html><head><title>Bakery</title></head><body>" + body)[: chars - 14] + "</body></html>"
+
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful coding agent."},
+                                  {"role": "user", "content": "Build the bakery's landing page."}]
+    for k, chars in enumerate((8216, 8216, 7790, 7790, 7790)):
+        msgs.append({"role": "assistant", "content": f"Writing the page (attempt {k + 1}).", "tool_calls": [
+            {"id": f"w{k}", "type": "function", "function": {
+                "name": "write_file", "arguments": json.dumps({"path": "", "content": page(chars)})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"w{k}", "content": PATH_REQUIRED})
+    msgs.append({"role": "assistant", "content": "", "tool_calls": [{"id": "ok", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "index.html", "content": page(7790)})}}]})
+    msgs += [{"role": "tool", "tool_call_id": "ok", "content": "wrote index.html"},
+             {"role": "assistant", "content": "The page is written to index.html."}]
+    return {"messages": msgs, "tools": TOOLS}
+
+
+def turns(msgs: list[Message]):
+    i = 0
+    while i < len(msgs):
+        j = i + 1
+        while j < len(msgs) and msgs[j].role == "tool":
+            j += 1
+        yield msgs[i:j]
+        i = j
+
+
+def payload_chars(text: str) -> int:
+    return len(text) - sum(len(m) for m in find_markers(text))
+
+
+def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None) -> dict[str, float]:
+    session = Session(counter, policy=policy, tools=body["tools"])
+    log = session.log
+    present_sum = history_sum = 0
+    shares, extends, reread, appended, kept, shown, checked = [], [], 0, 0, [], [], [0, 0]
+    for n, turn in enumerate(turns(from_openai_list(body["messages"]))):
+        session.append(turn)
+        appended += sum(counter.message_cost(m) for m in turn)
+        r = session.build()
+        if n:
+            extends.append(r.extends_previous)
+            reread += r.reread_tokens
+        failed = {log.call(ref).id: ref for refs in log.failures.values() for ref in refs
+                  if log.result_of(log.call(ref).id) is not None}
+        history = sum(len(log.messages[a].tool_calls[b].arguments) for a, b in failed.values())
+        present = sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls
+                      if c.id in failed and log.answered(failed[c.id]))
+        if history:
+            shares.append(present / history)
+            present_sum += present
+            history_sum += history
+        users = [m for m in log.messages if m.role == "user"]
+        if users:
+            kept.append(sum(m in r.messages for m in users) / len(users))
+        if r.payloads:
+            shown.append(len(set(r.payloads) & set(r.handles)) / len(r.payloads))
+        if check is not None and n % 10 == 0:
+            checked[0] += 1
+            checked[1] += check(r) == r.tokens
+    return {"failed_share": present_sum / max(1, history_sum), "failed_max": max(shares, default=0.0),
+            "extends": sum(extends) / max(1, len(extends)), "reread": reread / max(1, appended),
+            "users": min(kept, default=1.0), "shown": statistics.mean(shown) if shown else 1.0,
+            "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1,
+            "compactions": 0}
+
+
+def transformers_check(folder: str):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(folder)
+
+    def count(r: Any) -> int:
+        dicts = []
+        for m in r.openai_messages():
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.loads(
+                    c["function"]["arguments"])}} for c in m["tool_calls"]]
+            dicts.append(m)
+        ids = hf.apply_chat_template(dicts, tools=TOOLS, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    return count
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizer", action="append", default=None)
+    ap.add_argument("--chars", type=int, nargs="+", default=[60_000, 300_000, 900_000])
+    ap.add_argument("--window", type=int, default=32768)
+    ap.add_argument("--check-exact", default=None, help="model folder whose template and tokenizer check counts")
+    a = ap.parse_args()
+    policy = Policy(window=a.window, reserve=2048)
+    sessions = [("five failed writes (fits)", five_failures())]
+    sessions += [(f"coding {c:,} chars", make_session(seed, chars=c)) for seed, c in enumerate(a.chars)]
+    print(f"window {a.window}, budget {policy.budget}")
+    print("| tokenizer | session | turns | failed args left | extends previous | re-read / appended "
+          "| user msgs kept | handles shown | exact |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for spec in a.tokenizer or ["qwen3.6"]:
+        counter = resolve(spec)
+        check = transformers_check(a.check_exact) if a.check_exact and spec == a.check_exact else None
+        for (name, body), keep in [(s, True) for s in sessions] + [(s, False) for s in sessions[:1]]:
+            label = name if keep else f"{name}, keep_latest_failure off"
+            f = replay(counter, body, replace(policy, keep_latest_failure=keep), check)
+            exact = f"{f['exact']:.0f}/{f['checked']:.0f}" if f["checked"] else "-"
+            print(f"| {counter.name} | {label} | {f['turns']:.0f} | {f['failed_share']:.2%} (max {f['failed_max']:.1%}) "
+                  f"| {f['extends']:.0%} | {f['reread']:.2f}x | {f['users']:.0%} | {f['shown']:.0%} | {exact} |")
+
+
+if __name__ == "__main__":
+    main()
