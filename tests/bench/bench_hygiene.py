@@ -104,8 +104,7 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
     return {"failed_share": present_sum / max(1, history_sum), "failed_max": max(shares, default=0.0),
             "extends": sum(extends) / max(1, len(extends)), "reread": reread / max(1, appended),
             "users": min(kept, default=1.0), "shown": statistics.mean(shown) if shown else 1.0,
-            "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1,
-            "compactions": 0}
+            "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1}
 
 
 def transformers_check(folder: str):
@@ -147,7 +146,8 @@ def main() -> None:
             label = name if keep else f"{name}, keep_latest_failure off"
             f = replay(counter, body, replace(policy, keep_latest_failure=keep), check)
             exact = f"{f['exact']:.0f}/{f['checked']:.0f}" if f["checked"] else "-"
-            print(f"| {counter.name} | {label} | {f['turns']:.0f} | {f['failed_share']:.2%} (max {f['failed_max']:.1%}) "
+            print(f"| {counter.name} | {label} | {f['turns']:.0f} "
+                  f"| {f['failed_share']:.2%} (max {f['failed_max']:.1%}) "
                   f"| {f['extends']:.0%} | {f['reread']:.2f}x | {f['users']:.0%} | {f['shown']:.0%} | {exact} |")
 
 
