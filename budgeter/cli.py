@@ -210,7 +210,9 @@ def suggest_path(
     if not content:
         fail("INVALID_INPUT", "content is empty")
     s = rescue_path(content, html_pages_seen=html_pages_seen)
-    emit({"kind": s.kind, "path": s.path, "confidence": s.confidence, "reason": s.reason})
+    from budgeter.shapes import suggestion_of
+
+    emit(suggestion_of(s))
 
 
 @app.command("plan-edits")
@@ -237,9 +239,9 @@ def plan_edits_cmd(
     plan = plan_edits(strip_line_numbers(snapshot), edits)
     if output is not None and plan.ok:
         write_out(str(output), plan.text)
-    emit({"ok": plan.ok, "order": list(plan.order), "text": plan.text,
-          "edits": [{"index": r.index, "status": r.status, "message": r.message, "shift": r.shift}
-                    for r in plan.results]}, ok=plan.ok)
+    from budgeter.shapes import plan_of
+
+    emit(plan_of(plan), ok=plan.ok)
 
 
 def read_transcript(path: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from budgeter.core.messages import from_openai, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.service.convert import message_from_pb, message_to_pb
 from budgeter.service.errors import error_info
-from budgeter.shapes import append_from_pb, report_from_pb, verdict_from_pb
+from budgeter.shapes import append_from_pb, plan_from_pb, report_from_pb, suggestion_of, verdict_from_pb
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 
@@ -253,7 +253,7 @@ class Client:
     def suggest_path(self, content: str, *, session_id: str = "", tool: str = "") -> Op[dict[str, Any]]:
         request = pb.SuggestPathRequest(session=f"sessions/{session_id}" if session_id else "",
                                         content=content, tool=tool)
-        return MessageToDict((yield from self._rpc("SuggestPath", request)), preserving_proto_field_name=True)
+        return suggestion_of((yield from self._rpc("SuggestPath", request)))
 
     @operation
     def plan_edits(self, edits: Sequence[Mapping[str, Any]], *, snapshot: str = "",
@@ -264,8 +264,7 @@ class Client:
             snapshot_handle=snapshot_handle, path=path,
             edits=[pb.LineEdit(**{k: e[k] for k in ("start_line", "end_line", "body", "expected_old")
                                   if k in e}) for e in edits])
-        return MessageToDict((yield from self._rpc("PlanEdits", request)), preserving_proto_field_name=True,
-                             always_print_fields_with_no_presence=True)
+        return plan_from_pb((yield from self._rpc("PlanEdits", request)))
 
     @operation
     def profile(self, session_id: str, *, tokenizers: Sequence[str] = (), window: int = 0,

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from budgeter.core.edits import EditPlan
 from budgeter.core.guards import CallVerdict
+from budgeter.core.sniff import PathSuggestion
 from budgeter.core.jsonargs import classify_arguments, dumps
 from budgeter.v1 import budgeter_pb2 as pb
 
@@ -93,3 +95,21 @@ def report_from_pb(r: pb.BuildReport) -> dict[str, Any]:
                   for s in r.steps],
         "handles": list(r.handles), "notes": list(r.notes),
     }
+
+
+def plan_of(plan: EditPlan) -> dict[str, Any]:
+    """``{"ok", "order", "text", "edits": [{"index", "status", "message", "shift"}]}``."""
+    return {"ok": plan.ok, "order": list(plan.order), "text": plan.text,
+            "edits": [{"index": r.index, "status": r.status, "message": r.message, "shift": r.shift}
+                      for r in plan.results]}
+
+
+def plan_from_pb(r: pb.PlanEditsResponse) -> dict[str, Any]:
+    return {"ok": r.ok, "order": list(r.order), "text": r.text,
+            "edits": [{"index": e.index, "status": _short(pb.EditStatus, e.status, "EDIT_STATUS_"),
+                       "message": e.message, "shift": e.shift} for e in r.edits]}
+
+
+def suggestion_of(s: PathSuggestion | pb.SuggestPathResponse) -> dict[str, Any]:
+    """``{"kind", "path", "confidence", "reason"}``."""
+    return {"kind": s.kind, "path": s.path, "confidence": round(s.confidence, 4), "reason": s.reason}

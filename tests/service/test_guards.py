@@ -59,8 +59,7 @@ def test_plan_edits_lands_all_five(client):
                              {"start_line": 7, "end_line": 9, "body": "b"},
                              {"start_line": 20, "end_line": 20, "body": "c", "expected_old": "nope"}],
                             snapshot=FILE)
-    assert [e["status"] for e in bad["edits"]] == ["EDIT_STATUS_OVERLAP", "EDIT_STATUS_OVERLAP",
-                                                   "EDIT_STATUS_MISMATCH"]
+    assert [e["status"] for e in bad["edits"]] == ["OVERLAP", "OVERLAP", "MISMATCH"]
     assert not bad["ok"] and bad["text"] == FILE
 
 
@@ -150,3 +149,19 @@ def test_append_gives_the_verdict_validate_gives(client, tmp_path):
     assert cli.returncode == 1
     served = client.validate_tool_call(tc("w9", {"path": "", "content": "<p>x</p>"}), tools=TOOLS)
     assert json.loads(cli.stdout) == served  # the client's JSON and the CLI's, key for key
+
+
+def test_plan_edits_and_suggest_path_have_the_cli_shape(client, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    plain = [{"start_line": e.start_line, "end_line": e.end_line, "body": e.body} for e in EDITS]
+    edits = tmp_path / "edits.json"
+    edits.write_text(json.dumps({"snapshot": FILE, "edits": plain}))
+    cli = subprocess.run([sys.executable, "-m", "budgeter", "plan-edits", str(edits)], capture_output=True, text=True)
+    assert json.loads(cli.stdout) == client.plan_edits(plain, snapshot=FILE)
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><html><title>About us</title></html>")
+    cli = subprocess.run([sys.executable, "-m", "budgeter", "suggest-path", str(page)], capture_output=True, text=True)
+    assert json.loads(cli.stdout) == client.suggest_path(page.read_text())
