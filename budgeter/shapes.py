@@ -15,8 +15,8 @@ from typing import Any
 
 from budgeter.core.edits import EditPlan
 from budgeter.core.guards import CallVerdict
-from budgeter.core.sniff import PathSuggestion
 from budgeter.core.jsonargs import classify_arguments, dumps
+from budgeter.core.sniff import PathSuggestion
 from budgeter.v1 import budgeter_pb2 as pb
 
 VERDICT_KEYS = ("id", "name", "status", "runnable", "arguments", "detail", "problems", "repeat_of",
