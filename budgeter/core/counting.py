@@ -29,6 +29,7 @@ class PieceCounter:
         self.tokenizer = tokenizer
         pattern = tokenizer.special_pattern()
         self._split = re.compile(f"({pattern})").split if pattern else None
+        self._special = re.compile(pattern) if pattern else None
         self._cache: dict[str, int] = {}
         self._max = max_pieces
         self.chars_tokenized = 0
@@ -40,18 +41,24 @@ class PieceCounter:
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
 
-    def tokens_before(self, text: str, chars: int) -> int:
-        """Tokens of the pieces of ``text`` that end at or before ``chars`` (a piece cut by that
-        position is not counted: its tokens may change). Pieces are cached from counting ``text``."""
-        if self._split is None:
-            return self._pieces([text]) if chars >= len(text) else 0
-        total = at = 0
-        for k, part in enumerate(self._split(text)):
-            at += len(part)
-            if at > chars:
+    def tokens_after(self, text: str, chars: int) -> int:
+        """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
+        a server must read again when the text changes there). Only that suffix is split; its
+        pieces are cached from counting ``text``."""
+        if chars >= len(text):
+            return 0
+        if self._special is None:
+            return self.count(text)
+        start, lo = 0, chars
+        while lo > 0:
+            lo = max(0, lo - 8192)
+            last = None
+            for last in self._special.finditer(text, lo, chars):  # noqa: B007 - the last match
+                pass
+            if last is not None:
+                start = last.end()
                 break
-            total += 1 if k % 2 else self._pieces([part])
-        return total
+        return self.count(text[start:])
 
     def ordinary(self, text: str) -> list[str]:
         """The non-empty pieces between special tokens, in order."""
@@ -135,8 +142,8 @@ class TemplateCounter:
         text = self.render(messages, tools)
         return self.pieces.count(text), text
 
-    def tokens_before(self, text: str, chars: int) -> int:
-        return self.pieces.tokens_before(text, chars)
+    def tokens_after(self, text: str, chars: int) -> int:
+        return self.pieces.tokens_after(text, chars)
 
     def count_text(self, text: str) -> int:
         return self.pieces.count(text)

@@ -140,13 +140,10 @@ class Session:
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         if not self._last:
             return 0
-        if ctx.text and self._last_text:
-            return self.counter_tokens_before(ctx.text, shared_prefix(self._last_text, ctx.text))
+        after = getattr(self.counter, "tokens_after", None)
+        if ctx.text and self._last_text and after is not None:
+            return ctx.total - after(ctx.text, shared_prefix(self._last_text, ctx.text))
         return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
-
-    def counter_tokens_before(self, text: str, chars: int) -> int:
-        fn = getattr(self.counter, "tokens_before", None)
-        return fn(text, chars) if fn is not None else 0
 
 
 _handles_memo: dict[Message, tuple[str, ...]] = {}

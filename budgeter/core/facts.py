@@ -75,6 +75,9 @@ class History:
     last_success: int = -1
     """History index of the last OK tool result."""
     html_writes: list[int] = field(default_factory=list)
+    memo: dict[str, dict[Any, Any]] = field(default_factory=dict)
+    """Per-step caches of results that are functions of the history's state (e.g. a collapsed
+    failure), so a step does not redo them on every build."""
 
     def __len__(self) -> int:
         return len(self.messages)

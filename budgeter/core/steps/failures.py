@@ -84,8 +84,8 @@ def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]
             drop.add(f.result_pos)
             removed.setdefault(f.call_pos, set()).add(f.facts.id)
             continue
-        items[f.call_pos], items[f.result_pos], action = _collapse(items[f.call_pos], items[f.result_pos], f, ctx,
-                                                                   pressed=pressed)
+        items[f.call_pos], items[f.result_pos], action = _collapse_memo(items[f.call_pos], items[f.result_pos], f,
+                                                                        ctx, pressed=pressed)
         if action is not None:
             actions.append(action)
     for pos, ids in removed.items():
@@ -100,6 +100,29 @@ def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]
         actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
     name = "collapse_pending_failures" if pressed else "tidy_failures"
     return out, StepReport(name, len(view), len(out), tuple(actions))
+
+
+def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
+                   pressed: bool) -> tuple[Item, Item, Action | None]:
+    """``_collapse``, memoized: its output is a function of the history's state for this call (its
+    run, whether it was answered or resolved) and of the two items, so most builds only look up
+    the failures they collapsed before."""
+    log = ctx.log
+    memo = log.memo.setdefault("tidy_failures", {})
+    state = (f.ref, len(_run(f, log)), log.answered(f.ref), log.resolved_by.get(f.ref), pressed,
+             ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
+    key = (state, call_item, result_item)
+    hit = memo.get(key)
+    if hit is None:
+        before = dict(ctx.payloads)
+        new_call, new_result, action = _collapse(call_item, result_item, f, ctx, pressed=pressed)
+        added = {h: t for h, t in ctx.payloads.items() if h not in before}
+        if len(memo) > 20_000:
+            memo.clear()
+        hit = memo[key] = (new_call, new_result, action, added)
+    else:
+        ctx.payloads.update(hit[3])
+    return hit[0], hit[1], hit[2] if hit[0] != call_item or hit[1] != result_item else None
 
 
 def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
