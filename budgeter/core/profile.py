@@ -22,7 +22,7 @@ from typing import Any
 
 from budgeter.core.classify import FileOp, ResultStatus
 from budgeter.core.engine import trim
-from budgeter.core.facts import Facts, facts_of
+from budgeter.core.facts import Facts, History
 from budgeter.core.jsonargs import ArgStatus, loads_object
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
@@ -127,16 +127,15 @@ def content_kind(text: str) -> str:
     return KIND_OF.get(sniff(text), "prose")
 
 
-def stale_reads(history: Sequence[Message], facts: Sequence[Facts]) -> set[int]:
+def stale_reads(log: History) -> set[int]:
     """Indices of tool results holding a file snapshot that a later call re-read or changed."""
-    result_at = {m.tool_call_id: i for i, m in enumerate(history) if m.role == "tool"}
     events: list[tuple[int, FileOp, str]] = []
-    for m, f in zip(history, facts, strict=True):
-        for call, cf in zip(m.tool_calls, f.calls, strict=False):
-            at = result_at.get(call.id)
+    for f in log.facts:
+        for cf in f.calls:
+            at = log.result_of(cf.id)
             if cf.op is FileOp.NONE or not cf.path or at is None:
                 continue
-            if cf.op is not FileOp.READ or facts[at].result is ResultStatus.OK:
+            if cf.op is not FileOp.READ or log.facts[at].result is ResultStatus.OK:
                 events.append((at, FileOp(cf.op), cf.path))
     stale, seen = set(), set()
     for at, op, path in reversed(events):
@@ -150,12 +149,13 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
             policy: Policy | None = None, load_seconds: float = 0.0,
             progress: Callable[[int], None] | None = None) -> Profile:
     policy = policy or Policy()
-    facts = [facts_of(m, policy) for m in messages]
+    log = History(policy, tools)
+    facts = log.extend(messages)
     total = counter.count_prompt(messages, tools)
     schemas = total - counter.count_prompt(messages, ()) if tools else 0
     names = {c.id: c.name for m in messages for c in m.tool_calls}
-    stale = stale_reads(messages, facts)
-    failed = failed_call_ids(messages, facts)
+    stale = stale_reads(log)
+    failed = failed_call_ids(log)
     figures = []
     for i, (m, f) in enumerate(zip(messages, facts, strict=True)):
         texts = content_texts(m)
@@ -168,7 +168,7 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
             counter.message_cost(m), lost))
         if progress:
             progress(1)
-    waste = _waste(messages, facts, figures)
+    waste = _waste(log, figures)
     out = Profile(counter.name, total, policy.window, figures,
                   _composition(figures, total, schemas), _sum_by(figures, "role"),
                   _by_tool(figures), _by_kind(figures), waste, rank_waste(waste, figures, total),
@@ -193,9 +193,9 @@ def encode_throughput(counter: PromptCounter, texts: Sequence[str]) -> float:
     return size / 1e6 / seconds if seconds else 0.0
 
 
-def failed_call_ids(messages: Sequence[Message], facts: Sequence[Facts]) -> set[str]:
+def failed_call_ids(log: History) -> set[str]:
     """Ids of the tool calls whose result was an error."""
-    return {m.tool_call_id for m, f in zip(messages, facts, strict=True)
+    return {m.tool_call_id for m, f in zip(log.messages, log.facts, strict=True)
             if m.role == "tool" and m.tool_call_id and f.result is ResultStatus.ERROR}
 
 
@@ -261,11 +261,10 @@ def rank_waste(waste: dict[str, int], figures: Sequence[MessageFigures], total: 
     return sorted(out, key=lambda w: -w["tokens"])
 
 
-def _waste(messages: Sequence[Message], facts: Sequence[Facts], figures: Sequence[MessageFigures]
-           ) -> dict[str, int]:
-    failed_ids = failed_call_ids(messages, facts)
+def _waste(log: History, figures: Sequence[MessageFigures]) -> dict[str, int]:
+    failed_ids = failed_call_ids(log)
     failed_calls = truncated = 0
-    for m, f, fig in zip(messages, facts, figures, strict=True):
+    for m, f, fig in zip(log.messages, log.facts, figures, strict=True):
         if m.tool_calls and any(c.id in failed_ids for c in m.tool_calls):
             failed_calls += fig.tokens if all(c.id in failed_ids for c in m.tool_calls) else fig.failed_tokens
         if any(c.verdict.status is ArgStatus.TRUNCATED for c in f.calls):

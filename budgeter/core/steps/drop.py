@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from budgeter.core.classify import ResultStatus
 from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handle_for, marker
 from budgeter.core.messages import Message, to_openai
@@ -86,12 +85,9 @@ def _digest_message(covers: list[int], ctx: Context) -> Message:
     handle = handle_for(payload)
     ctx.payloads[handle] = payload
     outcomes: Counter[str] = Counter()
-    results = {ctx.history[i].tool_call_id: ctx.facts[i].result for i in covers
-               if ctx.history[i].role == "tool"}
     for i in covers:
-        for call in ctx.facts[i].calls:
-            failed = results.get(call.id) is ResultStatus.ERROR
-            outcomes[f"{call.name} {'failed' if failed else 'ok'}"] += 1
+        for no, call in enumerate(ctx.facts[i].calls):
+            outcomes[f"{call.name} {'failed' if ctx.log.failed((i, no)) else 'ok'}"] += 1
     users = sum(1 for i in covers if ctx.history[i].role == "user")
     tools = ", ".join(f"{k} x{n}" for k, n in sorted(outcomes.items())[:8])
     text = marker("digest", f"{len(covers)} earlier messages dropped",
