@@ -114,59 +114,50 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     key = (state, call_item, result_item)
     hit = memo.get(key)
     if hit is None:
-        before = dict(ctx.payloads)
-        new_call, new_result, action = _collapse(call_item, result_item, f, ctx, pressed=pressed)
-        added = {h: t for h, t in ctx.payloads.items() if h not in before}
         if len(memo) > 20_000:
             memo.clear()
-        hit = memo[key] = (new_call, new_result, action, added)
-    else:
-        ctx.payloads.update(hit[3])
+        hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
+    ctx.payloads.update(hit[3])
     return hit[0], hit[1], hit[2] if hit[0] != call_item or hit[1] != result_item else None
 
 
 def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
-              pressed: bool) -> tuple[Item, Item, Action | None]:
+              pressed: bool) -> tuple[Item, Item, Action | None, dict[str, str]]:
+    """The failed call's two items in the prompt, and the payloads their markers name."""
     log = ctx.log
     ref = f.ref
-    refs = _run(f, log)
-    times = refs.index(ref) + 1
+    times = _run(f, log).index(ref) + 1
     original_args = log.messages[ref[0]].tool_calls[ref[1]].arguments
     args_handle = handle_for(original_args)
-    recorded = set(ctx.payloads)
-    ctx.payloads[args_handle] = original_args
+    shown = {args_handle: original_args}
     error = log.messages[result_item.index].content
     verbatim = ctx.policy.keep_latest_failure and not log.answered(ref)
     count = f"x{times}" if times > 1 else ""
     if verbatim and result_item.kind is Kind.STUB and result_item.message.content.endswith(f"\n{error}") \
             and "args h=" in result_item.message.content:
-        return call_item, result_item, None  # collapsed under pressure in an earlier round: keep it stable
+        return call_item, result_item, None, shown  # collapsed under pressure in an earlier round: stays
     if verbatim and not pressed:
         if times == 1:
-            if args_handle not in recorded:
-                del ctx.payloads[args_handle]
-            return call_item, result_item, None
+            return call_item, result_item, None, {}
         note = marker("failed", f.facts.name, count, "earlier identical attempts folded", f"h={args_handle}")
-        return call_item, _with_content(result_item, f"{note}\n{error}"), None
-    new_call = _stub_call(call_item, f, ctx)
+        return call_item, _with_content(result_item, f"{note}\n{error}"), None, shown
+    new_call = _stub_call(call_item, f, shown)
     done_by = log.resolved_by.get(ref)
     if verbatim:
-        note = _failure_note(f, "", count, args_handle, result_item.index, ctx) + "\n" + error
+        note = _failure_note(f, "", count, args_handle, result_item.index, ctx, shown) + "\n" + error
     elif done_by is not None:
         note = marker("failed", f.facts.name, count, f"then done by #{done_by}", f"args h={args_handle}")
     else:
-        note = _failure_note(f, error, count, args_handle, result_item.index, ctx)
+        note = _failure_note(f, error, count, args_handle, result_item.index, ctx, shown)
     # the stub stands for the whole failed call (arguments and error): it must be shorter than both
     before = len(error) + len(original_args if f.facts.value is not None else _arguments(call_item, f))
     if len(note) + len(_arguments(new_call, f)) >= before:  # nothing shorter: the call as it was
-        for handle in set(ctx.payloads) - recorded:  # no handle of it is shown, so none is kept
-            del ctx.payloads[handle]
-        return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None
+        return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None, {}
     new_result = _with_content(result_item, note)
     action = None
     if new_call.message != call_item.message or new_result.message != result_item.message:
         action = Action(ref[0], "failed_call_collapsed", f"{f.facts.name} {count}".strip(), args_handle)
-    return new_call, new_result, action
+    return new_call, new_result, action, shown
 
 
 def _run(f: Failure, log: History) -> list[CallRef]:
@@ -177,12 +168,13 @@ def _arguments(item: Item, f: Failure) -> str:
     return next((c.arguments for c in item.message.tool_calls if c.id == f.facts.id), "")
 
 
-def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: int, ctx: Context) -> str:
+def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: int, ctx: Context,
+                  shown: dict[str, str]) -> str:
     first = " ".join(error.split())[: ctx.policy.stub_keep_error_chars // 2]
     error_handle = ""
     if first != " ".join(error.split()):
         error_handle = handle_for(error)
-        ctx.payloads[error_handle] = error
+        shown[error_handle] = error
     payload = _largest_leaf(f.facts.value) if f.facts.value is not None else ""
     parts = [f.facts.name, count, f'"{first}"' if first else "",
              f"{fmt_chars(len(payload))} {sniff(payload)} elided" if len(payload) > STUB_LEAF_CHARS else ""]
@@ -199,30 +191,29 @@ def _with_content(item: Item, content: str) -> Item:
     return replace(item, message=replace(item.message, content=content), kind=Kind.STUB)
 
 
-def _stub_call(item: Item, f: Failure, ctx: Context) -> Item:
+def _stub_call(item: Item, f: Failure, shown: dict[str, str]) -> Item:
     """Long string leaves of a failed call's parsed arguments become markers; arguments that did
     not parse already carry a small stand-in."""
     if f.facts.value is None:
         return item
     m = item.message
-    original = ctx.log.messages[f.ref[0]].tool_calls[f.ref[1]].arguments
-    text = dumps(_stub_leaves(f.facts.value, ctx))
-    if len(text) >= len(original):
-        return item
+    text = dumps(_stub_leaves(f.facts.value, shown))
+    if len(text) >= len(_arguments(item, f)):
+        return item  # nothing long enough to elide (or elided already)
     calls = tuple(replace(c, arguments=text) if c.id == f.facts.id else c for c in m.tool_calls)
     if calls == m.tool_calls:
         return item
     return replace(item, message=replace(m, tool_calls=calls), kind=Kind.STUB)
 
 
-def _stub_leaves(value: Any, ctx: Context) -> Any:
+def _stub_leaves(value: Any, shown: dict[str, str]) -> Any:
     if isinstance(value, dict):
-        return {k: _stub_leaves(v, ctx) for k, v in value.items()}
+        return {k: _stub_leaves(v, shown) for k, v in value.items()}
     if isinstance(value, list):
-        return [_stub_leaves(v, ctx) for v in value]
+        return [_stub_leaves(v, shown) for v in value]
     if isinstance(value, str) and len(value) > STUB_LEAF_CHARS:
         handle = handle_for(value)
-        ctx.payloads[handle] = value
+        shown[handle] = value
         return marker("elided", fmt_chars(len(value)), sniff(value), f"h={handle}")
     return value
 
