@@ -82,8 +82,9 @@ class History:
     def __len__(self) -> int:
         return len(self.messages)
 
-    def append(self, m: Message) -> Facts:
-        facts = self.facts_for(m)
+    def append(self, m: Message, facts: Facts | None = None) -> Facts:
+        """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
+        facts = facts if facts is not None else self.facts_for(m)
         index = len(self.messages)
         self.messages.append(m)
         self.facts.append(facts)
@@ -94,7 +95,7 @@ class History:
             if cf.op is FileOp.WRITE and cf.path.lower().endswith((".html", ".htm")):
                 self.html_writes.append(index)
             if cf.bad_arguments:
-                self._failed((index, no), cf, "arguments " + cf.verdict.status.value.lower())
+                self._failed((index, no), cf, _bad(cf))
         if m.role == "tool" and m.tool_call_id is not None and m.tool_call_id not in self.result_at:
             self._result(index, m, facts)
         return facts
@@ -126,7 +127,7 @@ class History:
             for cf in facts.calls:
                 calls[cf.id] = cf
                 if cf.bad_arguments:
-                    failures.setdefault(cf.key, (len(self) + i, cf.verdict.detail))
+                    failures.setdefault(cf.key, (len(self) + i, _bad(cf)))
             cf_ = calls.get(m.tool_call_id or "") or self._call_facts(m.tool_call_id)
             if m.role == "tool" and facts.result is ResultStatus.ERROR and cf_ is not None:
                 failures.setdefault(cf_.key, (len(self) + i, _first_line(m.content)))
@@ -206,6 +207,10 @@ class History:
                 given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}
                 if given and all(ok.value.get(k) == v for k, v in given.items()):
                     self.resolved_by[failed] = ref[0]
+
+
+def _bad(cf: CallFacts) -> str:
+    return "arguments " + cf.verdict.status.value.lower()
 
 
 def _first_line(text: str) -> str:

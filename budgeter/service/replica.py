@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from budgeter.core.engine import Session
-from budgeter.core.messages import from_openai
+from budgeter.core.facts import Facts
+from budgeter.core.messages import Message, from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
 from budgeter.service.model import SessionInfo, StoredMessage
 from budgeter.service.profiles import Profiles
@@ -96,6 +97,17 @@ class Replica:
             while len(self._live) > self.limit:
                 self._live.popitem(last=False)
         return live
+
+    def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
+                facts: Sequence[Facts] | None) -> None:
+        """Write-through: messages this replica just appended at ``first_index`` go to the live
+        engine with the facts already computed, so the next request reads nothing back from the
+        store. When another writer came between, the next sync reads the records instead; facts
+        previewed against another history length are computed again."""
+        with live.lock:
+            if live.version == first_index:
+                live.engine.append(messages, facts)
+                live.version = version
 
     def _apply_events(self, live: Live, count: int) -> None:
         """Events that change what the engine keeps (planned edits supersede snapshots)."""

@@ -125,6 +125,7 @@ class Sessions:
         records, results = [], []
         with live.lock:
             facts = live.engine.log.preview(messages)
+            previewed_at = len(live.engine.log)
         with self.profiles.lock(cfg.tokenizer):
             for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
@@ -136,6 +137,9 @@ class Sessions:
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
             fingerprint=fingerprint(texts), result=dumps_text(results),
             expected_version=expected)
+        if not outcome.replayed:
+            self.replica.written(live, outcome.first_index, outcome.version, messages,
+                                 facts if previewed_at == outcome.first_index else None)
         stored = json.loads(outcome.result)
         appended = tuple(Appended(outcome.first_index + i, cost, tuple(CallInfo.from_list(c) for c in calls), result)
                          for i, (cost, calls, result) in enumerate(stored))

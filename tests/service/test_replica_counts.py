@@ -45,3 +45,35 @@ def test_a_new_replica_imports_counts_instead_of_tokenizing(tmp_path):
     # only what no stored record covers is tokenized: the system prompt with the tool schemas and
     # the template's tool instructions, and the generation prompt (under 1K chars here)
     assert seen["tokenized"] < history_chars * 0.03, seen
+
+
+def test_an_append_writes_through_to_the_replica_that_made_it(tmp_path):
+    """The replica that appended hands the messages and their facts to its live engine: the next
+    build reads nothing back from the store. Another replica's appends are read, once."""
+    from budgeter.store.memory import MemoryStore
+
+    store = MemoryStore()
+    read_back: list[int] = []
+    read = store.read
+
+    def counting_read(session_id, *, since=0):
+        record, records = read(session_id, since=since)
+        read_back.append(len(records))
+        return record, records
+
+    store.read = counting_read  # type: ignore[method-assign]  # observe the real store's answers
+    mine, other = Sessions(store, Profiles(default="qwen3.6")), Sessions(store, Profiles(default="qwen3.6"))
+    mine.create(session_id="s", tools=TOOLS)
+    batches = turns(4)
+    mine.append("s", from_openai_list(batches[0]))
+    read_back.clear()
+    for t in batches[1:3]:
+        mine.append("s", from_openai_list(t))
+        mine.build("s")
+    assert sum(read_back) == 0  # nothing this replica wrote came back from the store
+    other.append("s", from_openai_list(batches[3]))
+    read_back.clear()
+    result, _ = mine.build("s")
+    assert read_back == [len(batches[3])]  # the other replica's messages, read once
+    fresh, _ = Sessions(store, Profiles(default="qwen3.6")).build("s")  # a replica reading it all
+    assert result.messages == fresh.messages and result.tokens == fresh.tokens
