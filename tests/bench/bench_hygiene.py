@@ -30,8 +30,9 @@ from typing import Any
 
 from budgeter.core import Policy, Session
 from budgeter.core.markers import find_markers
-from budgeter.core.messages import Message, from_openai_list
+from budgeter.core.messages import from_openai_list
 from budgeter.tokenizers import resolve
+from tests.bench.bench_engine import turns
 from tests.bench.sessions import TOOLS, make_session
 
 PATH_REQUIRED = "Error: path is required"
@@ -56,16 +57,6 @@ def five_failures() -> dict[str, Any]:
     msgs += [{"role": "tool", "tool_call_id": "ok", "content": "wrote index.html"},
              {"role": "assistant", "content": "The page is written to index.html."}]
     return {"messages": msgs, "tools": TOOLS}
-
-
-def turns(msgs: list[Message]):
-    i = 0
-    while i < len(msgs):
-        j = i + 1
-        while j < len(msgs) and msgs[j].role == "tool":
-            j += 1
-        yield msgs[i:j]
-        i = j
 
 
 def payload_chars(text: str) -> int:
