@@ -32,6 +32,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from budgeter.core.messages import from_openai, to_openai
+from budgeter.affinity import SessionAffinity
 from budgeter.errors import BudgeterError
 from budgeter.service.convert import message_from_pb, message_to_pb
 from budgeter.service.errors import error_info
@@ -106,9 +107,11 @@ class Client:
 
     @staticmethod
     def _open(target: str, options: list[tuple[str, int]], creds: grpc.ChannelCredentials | None) -> Any:
-        if creds is not None:
-            return grpc.secure_channel(target, creds, options=options)
-        return grpc.insecure_channel(target, options=options)
+        """Every call that names a session carries it as ``x-session-id`` for an L7 balancer to
+        hash on (session affinity: deploy/OPERATIONS.md)."""
+        channel = (grpc.secure_channel(target, creds, options=options) if creds is not None
+                   else grpc.insecure_channel(target, options=options))
+        return grpc.intercept_channel(channel, SessionAffinity())
 
     def __enter__(self) -> Client:
         return self

@@ -75,11 +75,11 @@ class Replica:
                 except SessionNotFound:
                     self.forget(sid)
                     raise
-                if record.incarnation == live.info.record.incarnation:
+                if record.incarnation == live.info.record.incarnation and record.version >= live.version:
                     self._catch_up(live, records)
                     self._apply_events(live, record.events)
                     return live
-            self.forget(sid)
+            self.forget(sid)  # replaced, or rolled back (a store restored from a backup): load it again
         raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
 
     def _new_live(self, record: SessionRecord) -> Live:
