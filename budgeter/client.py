@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from budgeter.core.messages import from_openai, to_openai
 from budgeter.affinity import SessionAffinity
+from budgeter.core.messages import from_openai, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.service.convert import message_from_pb, message_to_pb
 from budgeter.service.errors import error_info
