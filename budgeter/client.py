@@ -34,11 +34,10 @@ from google.protobuf.json_format import MessageToDict
 from budgeter.affinity import SessionAffinity
 from budgeter.core.messages import from_openai, to_openai
 from budgeter.errors import BudgeterError
-from budgeter.service.convert import message_from_pb, message_to_pb
-from budgeter.service.errors import error_info
 from budgeter.shapes import append_from_pb, plan_from_pb, report_from_pb, suggestion_of, verdict_from_pb
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+from budgeter.wire import error_info, message_from_pb, message_to_pb
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 

@@ -13,19 +13,23 @@ from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.engine import BuildResult
 from budgeter.core.guards import CallVerdict
 from budgeter.core.jsonargs import dumps_text
-from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
+from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
 from budgeter.service.model import CallInfo
 from budgeter.service.sessions import AppendResult, CountResult, SessionInfo, external_id
 from budgeter.v1 import budgeter_pb2 as pb
+from budgeter.wire import (  # noqa: F401 - re-exported: the servicer converts through this module
+    STATUS_TO_STR,
+    STR_TO_ROLE,
+    STR_TO_STATUS,
+    _memo,
+    message_from_pb,
+    message_to_pb,
+    messages_from_pb,
+)
 
-ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT: "assistant",
-               pb.ROLE_TOOL: "tool"}
-STR_TO_ROLE = {v: k for k, v in ROLE_TO_STR.items()}
-STATUS_TO_STR = {pb.RESULT_STATUS_OK: "ok", pb.RESULT_STATUS_ERROR: "error"}
-STR_TO_STATUS = {v: k for k, v in STATUS_TO_STR.items()}
 ARG_STATUS = {"VALID": pb.ARGUMENT_STATUS_VALID, "REPAIRED": pb.ARGUMENT_STATUS_REPAIRED,
               "TRUNCATED": pb.ARGUMENT_STATUS_TRUNCATED, "INVALID": pb.ARGUMENT_STATUS_INVALID}
 FILE_OP = {"NONE": pb.FILE_OPERATION_NONE, "READ": pb.FILE_OPERATION_READ,
@@ -33,67 +37,6 @@ FILE_OP = {"NONE": pb.FILE_OPERATION_NONE, "READ": pb.FILE_OPERATION_READ,
 RESULT = {"OK": pb.RESULT_STATUS_OK, "ERROR": pb.RESULT_STATUS_ERROR}
 POLICY_FIELDS = ("reserve", "low_water", "protect_tail_turns", "keep_latest_failure",
                  "shrink_min_chars", "shrink_keep_chars")
-
-
-def message_from_pb(m: pb.Message, index: int) -> Message:
-    raw: dict[str, Any] = {"role": ROLE_TO_STR.get(m.role, ""), "content": m.content}
-    if m.tool_calls:
-        raw["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in m.tool_calls]
-    for key, value in (("tool_call_id", m.tool_call_id), ("name", m.name),
-                       ("reasoning_content", m.reasoning_content),
-                       ("finish_reason", m.finish_reason), ("status", STATUS_TO_STR.get(m.status))):
-        if value:
-            raw[key] = value
-    if m.role == pb.ROLE_TOOL and "tool_call_id" not in raw:
-        raw["tool_call_id"] = None
-    return from_openai(raw, index=index)
-
-
-def messages_from_pb(messages: Sequence[pb.Message]) -> list[Message]:
-    return [message_from_pb(m, i) for i, m in enumerate(messages)]
-
-
-class _Memo:
-    """Per-message conversions, memoized: most of each prompt is the previous prompt's messages
-    (frozen, hashable values), so each is converted once. Bounded; cleared when full."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self.pb: dict[Message, pb.Message] = {}
-        self.json: dict[Message, str] = {}
-
-    def message(self, m: Message) -> pb.Message:
-        out = self.pb.get(m)
-        if out is None:
-            if len(self.pb) >= self.limit:
-                self.pb = {}
-            out = self.pb[m] = _message_to_pb(m)
-        return out
-
-    def text(self, m: Message) -> str:
-        out = self.json.get(m)
-        if out is None:
-            if len(self.json) >= self.limit:
-                self.json = {}
-            out = self.json[m] = dumps_text(to_openai(m))
-        return out
-
-
-_memo = _Memo()
-
-
-def message_to_pb(m: Message) -> pb.Message:
-    return _memo.message(m)
-
-
-def _message_to_pb(m: Message) -> pb.Message:
-    return pb.Message(
-        role=STR_TO_ROLE[m.role], content=m.content, tool_call_id=m.tool_call_id or "",
-        name=m.name or "", reasoning_content=m.reasoning or "", finish_reason=m.finish_reason or "",
-        status=STR_TO_STATUS.get(m.status or "", pb.RESULT_STATUS_UNSPECIFIED),
-        tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in m.tool_calls])
 
 
 def tools_from_json(text: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from grpc_status import rpc_status
 
 from budgeter import errors as e
 from budgeter.service.auth import Unauthenticated
+from budgeter.wire import error_info  # noqa: F401 - re-exported for tests
 
 DOMAIN = "budgeter"
 log = logging.getLogger("budgeter.service")
@@ -72,12 +73,3 @@ def _pack(msg: object) -> any_pb2.Any:
     return out
 
 
-def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
-    """The ErrorInfo of a failed call (for clients and tests)."""
-    status = rpc_status.from_call(err)
-    for detail in status.details if status else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    return None
