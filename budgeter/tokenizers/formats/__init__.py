@@ -73,6 +73,23 @@ def _fast_dict_lookup(env: Any) -> None:
     env._budgeter_fast = True
 
 
+TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
+             "qwen2.5": "Qwen2.5 Instruct published chat template"}
+
+
+def template_text(name: str) -> str:
+    """A published chat template carried with budgeter (``budgeter/tokenizers/templates``,
+    attribution in its NOTICE.md)."""
+    if name not in TEMPLATES:
+        raise TemplateError(f"unknown built-in template {name!r}; known: {', '.join(sorted(TEMPLATES))}")
+    return resources.files("budgeter.tokenizers").joinpath("templates", f"{name}.jinja").read_text("utf-8")
+
+
+def builtin_template(name: str, *, variables: Mapping[str, Any] | None = None) -> JinjaFormat:
+    return JinjaFormat(template_text(name), name=f"{TEMPLATES[name]} (templates/{name}.jinja)",
+                       variables=variables)
+
+
 def named_format(name: str, *, variables: Mapping[str, Any] | None = None) -> JinjaFormat:
     if name not in NAMED:
         raise TemplateError(f"unknown chat format {name!r}; known: {', '.join(sorted(NAMED))}")
