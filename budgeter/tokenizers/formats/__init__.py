@@ -29,14 +29,48 @@ class JinjaFormat:
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _fast_dict_lookup(self._template.environment)
+        self.object_arguments = self._needs_object_arguments()
+        """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
+        object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
+
+    def _needs_object_arguments(self) -> bool:
+        def call(arguments: Any) -> list[dict[str, Any]]:
+            return [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "zq", "type": "function", "function": {"name": "zqcall", "arguments": arguments}}]}]
+
+        def renders(arguments: Any) -> bool:
+            try:
+                self._template.render(messages=call(arguments), tools=None, add_generation_prompt=False,
+                                      **self._variables)
+                return True
+            except Exception:
+                return False
+
+        return renders({"zqarg": "v"}) and not renders('{"zqarg": "v')
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:
+        if self.object_arguments:
+            messages = [_object_arguments(m) if m.get("tool_calls") else m for m in messages]
         try:
             return self._template.render(messages=messages, tools=tools,
                                          add_generation_prompt=add_generation_prompt, **self._variables)
         except Exception as exc:
             raise TemplateError(f"chat template {self.name!r} cannot render these messages: {exc}") from exc
+
+
+def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
+    calls = m["tool_calls"]
+    if all(not isinstance(c.get("function", c).get("arguments"), str) for c in calls):
+        return m
+    fixed = []
+    for c in calls:
+        fn = c.get("function", c)
+        if isinstance(fn.get("arguments"), str):
+            fn = {**fn, "arguments": {"arguments": fn["arguments"]}}
+            c = {**c, "function": fn} if "function" in c else fn
+        fixed.append(c)
+    return {**m, "tool_calls": fixed}
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
