@@ -27,7 +27,13 @@ from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
 from budgeter.tokenizers import servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
-from budgeter.tokenizers.formats import CHATML_SPECIALS, JinjaFormat, builtin_template, named_format
+from budgeter.tokenizers.formats import (
+    CHATML_SPECIALS,
+    TEMPLATES,
+    JinjaFormat,
+    builtin_template,
+    named_format,
+)
 
 DEFAULT = "qwen3.6"
 
@@ -173,8 +179,15 @@ def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
 def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
                    opts: Options, *, name: str, source: str) -> PromptCounter:
     context = {**variables, **servers.variables(opts.server)}
+    if opts.chat_format in TEMPLATES:
+        fmt: ChatFormat = builtin_template(opts.chat_format, variables=context)
+        return _profile(tok, fmt, opts, name=name, source=f"{source}; {fmt.name} (chosen)")
+    if opts.chat_format and opts.chat_format.endswith(".jinja"):
+        text = Path(opts.chat_format).expanduser().read_text(encoding="utf-8")
+        fmt = JinjaFormat(text, name=Path(opts.chat_format).name, variables=context)
+        return _profile(tok, fmt, opts, name=name, source=f"{source}; chat template {opts.chat_format}")
     if opts.chat_format or template is None:
-        fmt: ChatFormat = named_format(opts.chat_format or "chatml", variables=context)
+        fmt = named_format(opts.chat_format or "chatml", variables=context)
         source += f"; budgeter {fmt.name} format" + ("" if opts.chat_format else " (no chat template found)")
     else:
         fmt = JinjaFormat(template, name=f"{name} template", variables=context)

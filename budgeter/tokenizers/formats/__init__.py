@@ -108,7 +108,8 @@ def _fast_dict_lookup(env: Any) -> None:
 
 
 TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
-             "qwen2.5": "Qwen2.5 Instruct published chat template"}
+             "qwen2.5": "Qwen2.5 Instruct published chat template",
+             "gemma3": "Gemma 3 published chat template"}
 
 
 def template_text(name: str) -> str:
