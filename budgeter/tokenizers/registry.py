@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,7 +25,7 @@ from budgeter.core.counting import TemplateCounter
 from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
-from budgeter.tokenizers import servers
+from budgeter.tokenizers import ollama, servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
 from budgeter.tokenizers.formats import (
     CHATML_SPECIALS,
@@ -119,6 +119,8 @@ def resolve(spec: str | None = None, *, chat_format: str | None = None,
 def _load(spec: str, opts: Options) -> PromptCounter:
     if spec in BUILTINS:
         return BUILTINS[spec].load(spec, opts)
+    if (model := ollama.spec_name(spec)) is not None:
+        return _from_ollama(model, opts)
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or path.suffix:
@@ -158,6 +160,19 @@ def _from_path(path: Path, opts: Options) -> PromptCounter:
                                field="tokenizer")
 
 
+def _from_ollama(name: str, opts: Options) -> PromptCounter:
+    from budgeter.tokenizers.gguf_file import load_gguf
+
+    model = ollama.find(name)
+    backend, template, variables = load_gguf(model.gguf)
+    tok = HFTokenizer(backend, name=model.name)
+    fmt = _format(template, variables, opts, name=model.name)
+    agree, verdict = ollama.compare(model.template, fmt if template or opts.chat_format else None)
+    source = f"ollama:{model.name}; " + ("GGUF's Jinja chat template" if template else "no Jinja template in the GGUF")
+    return _profile(tok, fmt, opts, name=f"ollama:{model.name}", source=source,
+                    extra=[*ollama.describe(model), verdict])
+
+
 def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
     config: dict[str, Any] = {}
     if (path / "tokenizer_config.json").exists():
@@ -176,28 +191,34 @@ def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
     return template, variables
 
 
-def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
-                   opts: Options, *, name: str, source: str) -> PromptCounter:
+def _format(template: str | None, variables: dict[str, str], opts: Options, *, name: str) -> ChatFormat:
     context = {**variables, **servers.variables(opts.server)}
     if opts.chat_format in TEMPLATES:
-        fmt: ChatFormat = builtin_template(opts.chat_format, variables=context)
-        return _profile(tok, fmt, opts, name=name, source=f"{source}; {fmt.name} (chosen)")
+        return builtin_template(opts.chat_format, variables=context)
     if opts.chat_format and opts.chat_format.endswith(".jinja"):
         text = Path(opts.chat_format).expanduser().read_text(encoding="utf-8")
-        fmt = JinjaFormat(text, name=Path(opts.chat_format).name, variables=context)
-        return _profile(tok, fmt, opts, name=name, source=f"{source}; chat template {opts.chat_format}")
+        return JinjaFormat(text, name=Path(opts.chat_format).name, variables=context)
     if opts.chat_format or template is None:
-        fmt = named_format(opts.chat_format or "chatml", variables=context)
-        source += f"; budgeter {fmt.name} format" + ("" if opts.chat_format else " (no chat template found)")
+        return named_format(opts.chat_format or "chatml", variables=context)
+    return JinjaFormat(template, name=f"{name} template", variables=context)
+
+
+def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
+                   opts: Options, *, name: str, source: str) -> PromptCounter:
+    fmt = _format(template, variables, opts, name=name)
+    if opts.chat_format:
+        source += f"; {fmt.name} (chosen)"
+    elif template is None:
+        source += f"; budgeter {fmt.name} format (no chat template found)"
     else:
-        fmt = JinjaFormat(template, name=f"{name} template", variables=context)
         source += "; model chat template"
     return _profile(tok, fmt, opts, name=name, source=source)
 
 
-def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str) -> PromptCounter:
+def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str,
+             extra: Sequence[str] = ()) -> PromptCounter:
     caps = probe(fmt)
-    notes = [source, f"server: {servers.DESCRIPTIONS[opts.server]}",
+    notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",
              "count: exact (full template render, pieces between special tokens cached)"]
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
