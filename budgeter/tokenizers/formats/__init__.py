@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -17,12 +17,15 @@ class JinjaFormat:
     """A chat template compiled exactly as transformers compiles it (same sandbox, same
     ``tojson``), rendered with the tokenizer's special-token strings as variables."""
 
-    def __init__(self, template: str, *, name: str, variables: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, template: str, *, name: str, variables: Mapping[str, Any] | None = None,
+                 dynamic: Mapping[str, Callable[[], Any]] | None = None) -> None:
         from transformers.utils.chat_template_utils import _compile_jinja_template
 
         self.name = name
         self.source = template
         self._variables = dict(variables or {})
+        self.dynamic = dict(dynamic or {})
+        """Variables computed at each render (the date a server passes)."""
         compile_ = getattr(_compile_jinja_template, "__wrapped__", _compile_jinja_template)
         try:  # our own compiled copy (not transformers' cached one): its environment gets patched
             self._template = compile_(template)
@@ -52,9 +55,11 @@ class JinjaFormat:
                *, add_generation_prompt: bool = True) -> str:
         if self.object_arguments:
             messages = [_object_arguments(m) if m.get("tool_calls") else m for m in messages]
+        variables = {**self._variables, **{k: f() for k, f in self.dynamic.items()}} if self.dynamic \
+            else self._variables
         try:
             return self._template.render(messages=messages, tools=tools,
-                                         add_generation_prompt=add_generation_prompt, **self._variables)
+                                         add_generation_prompt=add_generation_prompt, **variables)
         except Exception as exc:
             raise TemplateError(f"chat template {self.name!r} cannot render these messages: {exc}") from exc
 
@@ -120,13 +125,15 @@ def template_text(name: str) -> str:
     return resources.files("budgeter.tokenizers").joinpath("templates", f"{name}.jinja").read_text("utf-8")
 
 
-def builtin_template(name: str, *, variables: Mapping[str, Any] | None = None) -> JinjaFormat:
+def builtin_template(name: str, *, variables: Mapping[str, Any] | None = None,
+                     dynamic: Mapping[str, Callable[[], Any]] | None = None) -> JinjaFormat:
     return JinjaFormat(template_text(name), name=f"{TEMPLATES[name]} (templates/{name}.jinja)",
-                       variables=variables)
+                       variables=variables, dynamic=dynamic)
 
 
-def named_format(name: str, *, variables: Mapping[str, Any] | None = None) -> JinjaFormat:
+def named_format(name: str, *, variables: Mapping[str, Any] | None = None,
+                 dynamic: Mapping[str, Callable[[], Any]] | None = None) -> JinjaFormat:
     if name not in NAMED:
         raise TemplateError(f"unknown chat format {name!r}; known: {', '.join(sorted(NAMED))}")
     text = resources.files(__package__).joinpath(NAMED[name]).read_text(encoding="utf-8")
-    return JinjaFormat(text, name=name, variables=variables)
+    return JinjaFormat(text, name=name, variables=variables, dynamic=dynamic)
