@@ -69,3 +69,35 @@ def test_tokenizers_lists_each_builtin_with_its_template():
         assert f"template: {builtin.template}" in line
     assert "qwen3.6 (default)" in out.stdout and "Qwen3.6 published chat template" in out.stdout
     assert "ollama:NAME" in out.stdout
+
+
+def test_readme_tokenizer_examples_run_as_written(tmp_path, tiny_bpe_path, monkeypatch):
+    """Each `budgeter ...` line of README's Tokenizers block, run in a folder holding the files it
+    names (request.json, model.gguf, an Ollama models folder with qwen3:8b)."""
+    import os
+    import re
+    from pathlib import Path
+
+    from budgeter.tokenizers.formats import template_text
+    from tests import llamacpp
+    from tests.tokenizers.test_ollama import CHATML_GO, _install
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Tokenizers (`--tokenizer SPEC`)")[1].split("```bash")[1].split("```")[0]
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.startswith("budgeter ")]
+    assert len(commands) >= 5
+    messages, tools = session_dicts(7, chars=4_000)
+    (tmp_path / "request.json").write_text(json.dumps({"messages": messages, "tools": tools}))
+    vocab = llamacpp.vocab_from_hf(tiny_bpe_path, pre="qwen2")
+    gguf = llamacpp.write_tiny_gguf(vocab, tmp_path / "model.gguf")
+    vocab.chat_template = template_text("qwen2.5")
+    _install(tmp_path / "models", "qwen3:8b", llamacpp.write_tiny_gguf(vocab, tmp_path / "q.gguf"),
+             template=CHATML_GO)
+    assert gguf.exists()
+    env = {**os.environ, "OLLAMA_MODELS": str(tmp_path / "models")}
+    for argv in commands:
+        out = subprocess.run([sys.executable, "-m", "budgeter", *argv[1:]], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, (argv, out.stderr)
+        if argv[1] == "render":
+            assert re.search(r"^# \S+: \d+ tokens$", out.stderr, re.M), out.stderr
