@@ -62,3 +62,25 @@ def test_chatml_stays_available_by_name():
     messages, tools = session(3, chars=8_000)
     assert '{"name": "edit_file", "arguments": ' in counter.render(messages, tools)
     assert any("chatml" in n for n in counter.notes)
+
+
+def test_gemma3_template_equals_transformers_on_the_merged_rewrite(tiny_bpe_path, tmp_path):
+    """The carried Gemma 3 template, rendered by budgeter (with the merged-role rewrite it counts)
+    and by transformers' apply_chat_template on the same rewritten messages: byte for byte."""
+    import json
+    import shutil
+
+    from transformers import PreTrainedTokenizerFast
+
+    shutil.copy(tiny_bpe_path, tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>"}))
+    counter = resolve(str(tmp_path), chat_format="gemma3")
+    hf = PreTrainedTokenizerFast(tokenizer_file=tiny_bpe_path, bos_token="<bos>", eos_token="<eos>")
+    messages, tools = session(3, chars=12_000)
+    for end in (4, 11, len(messages)):
+        part = messages[:end]
+        dicts, schemas = counter.adapter([to_template(m) for m in part], tools)
+        expected = hf.apply_chat_template(dicts, tools=list(schemas) or None, chat_template=template_text("gemma3"),
+                                          add_generation_prompt=True, tokenize=False)
+        assert expected.startswith("<bos><start_of_turn>user\n")
+        assert counter.render(part, tools) == expected
