@@ -14,6 +14,8 @@ every later turn, or that every request can be rendered. ``detect`` probes a tem
   refuse the request as is).
 - **reads the date** (``strftime_now``, or the ``date_string`` llama.cpp passes): the prompt
   changes with the day; counted with today's date, as the server renders it today.
+- **needs a user turn** (Qwen3.5/3.6: "No user query found"): a partial prompt budgeter prices
+  (pinned system text, one message costed alone) gets an empty user turn, a few tokens over.
 - **reads ``thinking``**, not ``reasoning_content`` (gpt-oss, LFM2): llama.cpp copies the reasoning
   there before rendering; so does budgeter.
 
@@ -44,6 +46,7 @@ class Rules:
     single_call: bool = False
     reads_date: bool = False
     thinking_field: bool = False
+    needs_user: bool = False
 
     def notes(self) -> list[str]:
         out = []
@@ -56,6 +59,9 @@ class Rules:
         if self.reads_date:
             out.append("template reads the date (strftime_now, or the date_string llama.cpp passes): counted "
                        "with today's date, as the server renders it today; another day may differ by a token or two")
+        if self.needs_user:
+            out.append("template refuses a prompt without a user turn (so would the server): partial prompts "
+                       "(pinned system text, a message costed alone) are counted with an empty user turn")
         if self.thinking_field:
             out.append("template reads message.thinking: reasoning_content is copied there, as llama.cpp does "
                        "(beside tool calls, content is counted inside it: the template refuses both)")
@@ -63,7 +69,7 @@ class Rules:
 
     @property
     def rewrites(self) -> bool:
-        return self.single_call or self.thinking_field
+        return self.single_call or self.thinking_field or self.needs_user
 
 
 def _render(fmt: ChatFormat, messages: list[dict[str, Any]], *, gen: bool) -> str | None:
@@ -86,8 +92,12 @@ def detect(fmt: ChatFormat) -> Rules:
     two = _render(fmt, [_USER, {"role": "assistant", "content": "",
                                 "tool_calls": [_call("zqone"), _call("zqtwo")]}], gen=False)
     single = one is not None and "zqone" in one and (two is None or "zqtwo" not in two)
+    lone = _render(fmt, [{"role": "assistant", "content": "zqanswer"}], gen=False)
+    needs_user = lone is None and _render(fmt, [_USER, {"role": "assistant", "content": "zqanswer"}], gen=False) \
+        is not None
     dated = "strftime_now" in source or any(name in source for name in getattr(fmt, "dynamic", ()))
-    return Rules(drops_reasoning=drops, single_call=single, reads_date=dated, thinking_field=thinking)
+    return Rules(drops_reasoning=drops, single_call=single, reads_date=dated, thinking_field=thinking,
+                 needs_user=needs_user)
 
 
 class RuledFormat:
@@ -103,8 +113,12 @@ class RuledFormat:
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:
-        return self.inner.render([self._rewrite(m) for m in messages], tools,
-                                 add_generation_prompt=add_generation_prompt)
+        rewritten = [self._rewrite(m) for m in messages] if self.rules.single_call or self.rules.thinking_field \
+            else list(messages)
+        if self.rules.needs_user and not any(m.get("role") == "user" for m in rewritten):
+            at = next((i for i, m in enumerate(rewritten) if m.get("role") != "system"), len(rewritten))
+            rewritten.insert(at, {"role": "user", "content": ""})
+        return self.inner.render(rewritten, tools, add_generation_prompt=add_generation_prompt)
 
     def _rewrite(self, m: Mapping[str, Any]) -> Mapping[str, Any]:
         calls: Sequence[Any] = m.get("tool_calls") or ()
