@@ -132,11 +132,47 @@ def write_out(path: str, text: str) -> None:
 
 @app.command()
 def tokenizers() -> None:
-    """List the built-in tokenizer names."""
-    from budgeter.tokenizers import DEFAULT, available
+    """List the built-in tokenizers, each with the chat template it renders."""
+    from budgeter.tokenizers import DEFAULT
+    from budgeter.tokenizers.registry import BUILTINS
+    from budgeter.tokenizers.servers import DEFAULT_SERVER, SERVERS
 
-    for name, desc in available().items():
-        typer.echo(f"{name}{' (default)' if name == DEFAULT else ''}\t{desc}")
+    for name, builtin in BUILTINS.items():
+        typer.echo(f"{name}{' (default)' if name == DEFAULT else ''}\t{builtin.description}\t"
+                   f"template: {builtin.template}")
+    typer.echo(f"# also: a model folder, tokenizer.json, .gguf, .tiktoken or ollama:NAME[:TAG]; append "
+               f"@SERVER for its template conventions ({', '.join(SERVERS)}; default {DEFAULT_SERVER})")
+
+
+@app.command()
+def render(
+    input: Annotated[str, typer.Argument(help="Chat-completions request body (JSON), or - for stdin.")],
+    tokenizer: TokenizerOpt = None,
+    chat_format: Annotated[str | None, typer.Option(
+        help="A named format (chatml), a carried template (qwen3.6, qwen2.5, gemma3) or a .jinja file.")] = None,
+    server: Annotated[str | None, typer.Option(
+        help="Whose template conventions: llama.cpp (default) or vllm.")] = None,
+) -> None:
+    """Print the exact text a count is taken from; the count and the profile's notes go to stderr."""
+    from budgeter.core.messages import from_openai_list
+    from budgeter.tokenizers import resolve
+
+    body = read_body(input)
+    try:
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            raise InvalidInput("tools must be a list", field="tools")
+        counter = resolve(tokenizer, chat_format=chat_format, server=server)
+        messages = from_openai_list(body["messages"])
+        text = counter.render(messages, tools)  # type: ignore[attr-defined]
+        tokens = counter.count_prompt(messages, tools)
+    except BudgeterError as exc:
+        fail(exc.reason, exc.message)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    typer.echo(f"# {counter.name}: {tokens} tokens", err=True)
+    for note in counter.notes:
+        typer.echo(f"# {note}", err=True)
 
 
 def read_json(path: str) -> Any:

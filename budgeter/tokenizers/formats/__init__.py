@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -17,26 +17,65 @@ class JinjaFormat:
     """A chat template compiled exactly as transformers compiles it (same sandbox, same
     ``tojson``), rendered with the tokenizer's special-token strings as variables."""
 
-    def __init__(self, template: str, *, name: str, variables: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, template: str, *, name: str, variables: Mapping[str, Any] | None = None,
+                 dynamic: Mapping[str, Callable[[], Any]] | None = None) -> None:
         from transformers.utils.chat_template_utils import _compile_jinja_template
 
         self.name = name
         self.source = template
         self._variables = dict(variables or {})
+        self.dynamic = dict(dynamic or {})
+        """Variables computed at each render (the date a server passes)."""
         compile_ = getattr(_compile_jinja_template, "__wrapped__", _compile_jinja_template)
         try:  # our own compiled copy (not transformers' cached one): its environment gets patched
             self._template = compile_(template)
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _fast_dict_lookup(self._template.environment)
+        self.object_arguments = self._needs_object_arguments()
+        """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
+        object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
+
+    def _needs_object_arguments(self) -> bool:
+        def call(arguments: Any) -> list[dict[str, Any]]:
+            return [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "zq", "type": "function", "function": {"name": "zqcall", "arguments": arguments}}]}]
+
+        def renders(arguments: Any) -> bool:
+            try:
+                self._template.render(messages=call(arguments), tools=None, add_generation_prompt=False,
+                                      **self._variables)
+                return True
+            except Exception:
+                return False
+
+        return renders({"zqarg": "v"}) and not renders('{"zqarg": "v')
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:
+        if self.object_arguments:
+            messages = [_object_arguments(m) if m.get("tool_calls") else m for m in messages]
+        variables = {**self._variables, **{k: f() for k, f in self.dynamic.items()}} if self.dynamic \
+            else self._variables
         try:
             return self._template.render(messages=messages, tools=tools,
-                                         add_generation_prompt=add_generation_prompt, **self._variables)
+                                         add_generation_prompt=add_generation_prompt, **variables)
         except Exception as exc:
             raise TemplateError(f"chat template {self.name!r} cannot render these messages: {exc}") from exc
+
+
+def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
+    calls = m["tool_calls"]
+    if all(not isinstance(c.get("function", c).get("arguments"), str) for c in calls):
+        return m
+    fixed = []
+    for c in calls:
+        fn = c.get("function", c)
+        if isinstance(fn.get("arguments"), str):
+            fn = {**fn, "arguments": {"arguments": fn["arguments"]}}
+            c = {**c, "function": fn} if "function" in c else fn
+        fixed.append(c)
+    return {**m, "tool_calls": fixed}
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
@@ -73,8 +112,28 @@ def _fast_dict_lookup(env: Any) -> None:
     env._budgeter_fast = True
 
 
-def named_format(name: str, *, variables: Mapping[str, Any] | None = None) -> JinjaFormat:
+TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
+             "qwen2.5": "Qwen2.5 Instruct published chat template",
+             "gemma3": "Gemma 3 published chat template"}
+
+
+def template_text(name: str) -> str:
+    """A published chat template carried with budgeter (``budgeter/tokenizers/templates``,
+    attribution in its NOTICE.md)."""
+    if name not in TEMPLATES:
+        raise TemplateError(f"unknown built-in template {name!r}; known: {', '.join(sorted(TEMPLATES))}")
+    return resources.files("budgeter.tokenizers").joinpath("templates", f"{name}.jinja").read_text("utf-8")
+
+
+def builtin_template(name: str, *, variables: Mapping[str, Any] | None = None,
+                     dynamic: Mapping[str, Callable[[], Any]] | None = None) -> JinjaFormat:
+    return JinjaFormat(template_text(name), name=f"{TEMPLATES[name]} (templates/{name}.jinja)",
+                       variables=variables, dynamic=dynamic)
+
+
+def named_format(name: str, *, variables: Mapping[str, Any] | None = None,
+                 dynamic: Mapping[str, Callable[[], Any]] | None = None) -> JinjaFormat:
     if name not in NAMED:
         raise TemplateError(f"unknown chat format {name!r}; known: {', '.join(sorted(NAMED))}")
     text = resources.files(__package__).joinpath(NAMED[name]).read_text(encoding="utf-8")
-    return JinjaFormat(text, name=name, variables=variables)
+    return JinjaFormat(text, name=name, variables=variables, dynamic=dynamic)

@@ -1,0 +1,142 @@
+"""Templates that are not additive or not pure, detected when a profile loads.
+
+budgeter counts the full render of the whole prompt every time, so a total is exact whatever the
+template does. What a template can still break is the assumption that a message costs the same on
+every later turn, or that every request can be rendered. ``detect`` probes a template and finds:
+
+- **drops earlier reasoning**: a reasoning block (``reasoning_content``, or ``thinking`` for
+  harmony-style templates) disappears once a later user turn follows (Qwen3's ``<think>``, Qwen3.6
+  without ``preserve_thinking``, gpt-oss's analysis channel). Not additive: appending a message
+  changes the text before it, so the server re-processes from there. Per-message costs keep the
+  reasoning (an upper bound); totals follow the render.
+- **one tool call per message** (Llama 3.1/3.2): the template raises on parallel calls. Extra calls
+  are counted as ``<tool_call>`` JSON text in the message content, never dropped (the server would
+  refuse the request as is).
+- **reads the date** (``strftime_now``, or the ``date_string`` llama.cpp passes): the prompt
+  changes with the day; counted with today's date, as the server renders it today.
+- **needs a user turn** (Qwen3.5/3.6: "No user query found"): a partial prompt budgeter prices
+  (pinned system text, one message costed alone) gets an empty user turn, a few tokens over.
+- **reads ``thinking``**, not ``reasoning_content`` (gpt-oss, LFM2): llama.cpp copies the reasoning
+  there before rendering; so does budgeter.
+
+``apply`` wraps a format so the rewrites happen before rendering; ``Rules.notes`` is what the report
+says about them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from budgeter.core.typing import ChatFormat
+
+_USER = {"role": "user", "content": "zqquestion"}
+
+
+def _call(name: str) -> dict[str, Any]:
+    return {"id": f"id{name}", "type": "function", "function": {"name": name, "arguments": {"zqarg": 1}}}
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    drops_reasoning: bool = False
+    single_call: bool = False
+    reads_date: bool = False
+    thinking_field: bool = False
+    needs_user: bool = False
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.drops_reasoning:
+            out.append("template drops earlier reasoning once a later user turn follows (not additive): totals "
+                       "follow the full render; an earlier turn's text changes when the user speaks")
+        if self.single_call:
+            out.append("template allows one tool call per message: further calls are counted as <tool_call> "
+                       "JSON text in the content (the server refuses such a request as is)")
+        if self.reads_date:
+            out.append("template reads the date (strftime_now, or the date_string llama.cpp passes): counted "
+                       "with today's date, as the server renders it today; another day may differ by a token or two")
+        if self.needs_user:
+            out.append("template refuses a prompt without a user turn (so would the server): partial prompts "
+                       "(pinned system text, a message costed alone) are counted with an empty user turn")
+        if self.thinking_field:
+            out.append("template reads message.thinking: reasoning_content is copied there, as llama.cpp does "
+                       "(beside tool calls, content is counted inside it: the template refuses both)")
+        return out
+
+    @property
+    def rewrites(self) -> bool:
+        return self.single_call or self.thinking_field or self.needs_user
+
+
+def _render(fmt: ChatFormat, messages: list[dict[str, Any]], *, gen: bool) -> str | None:
+    try:
+        return fmt.render(messages, None, add_generation_prompt=gen)
+    except Exception:
+        return None
+
+
+def detect(fmt: ChatFormat) -> Rules:
+    source = getattr(fmt, "source", "") or ""
+    thinking = bool(re.search(r"message\s*(\.thinking|\[\s*['\"]thinking['\"]\s*\])", source)) \
+        and "reasoning_content" not in source
+    key = "thinking" if thinking else "reasoning_content"
+    answer = {"role": "assistant", "content": "zqanswer", key: "zqreason"}
+    alone = _render(fmt, [_USER, answer], gen=False)
+    later = _render(fmt, [_USER, answer, {"role": "user", "content": "zqagain"}], gen=True)
+    drops = alone is not None and later is not None and "zqreason" in alone and "zqreason" not in later
+    one = _render(fmt, [_USER, {"role": "assistant", "content": "", "tool_calls": [_call("zqone")]}], gen=False)
+    two = _render(fmt, [_USER, {"role": "assistant", "content": "",
+                                "tool_calls": [_call("zqone"), _call("zqtwo")]}], gen=False)
+    single = one is not None and "zqone" in one and (two is None or "zqtwo" not in two)
+    lone = _render(fmt, [{"role": "assistant", "content": "zqanswer"}], gen=False)
+    needs_user = lone is None and _render(fmt, [_USER, {"role": "assistant", "content": "zqanswer"}], gen=False) \
+        is not None
+    dated = "strftime_now" in source or any(name in source for name in getattr(fmt, "dynamic", ()))
+    return Rules(drops_reasoning=drops, single_call=single, reads_date=dated, thinking_field=thinking,
+                 needs_user=needs_user)
+
+
+class RuledFormat:
+    """A format with the rewrites its rules need applied before rendering."""
+
+    def __init__(self, inner: ChatFormat, rules: Rules) -> None:
+        self.inner = inner
+        self.rules = rules
+        self.name = inner.name
+
+    def __getattr__(self, attribute: str) -> Any:  # source, object_arguments, ...
+        return getattr(self.inner, attribute)
+
+    def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+               *, add_generation_prompt: bool = True) -> str:
+        rewritten = [self._rewrite(m) for m in messages] if self.rules.single_call or self.rules.thinking_field \
+            else list(messages)
+        if self.rules.needs_user and not any(m.get("role") == "user" for m in rewritten):
+            at = next((i for i, m in enumerate(rewritten) if m.get("role") != "system"), len(rewritten))
+            rewritten.insert(at, {"role": "user", "content": ""})
+        return self.inner.render(rewritten, tools, add_generation_prompt=add_generation_prompt)
+
+    def _rewrite(self, m: Mapping[str, Any]) -> Mapping[str, Any]:
+        calls: Sequence[Any] = m.get("tool_calls") or ()
+        if self.rules.thinking_field and m.get("reasoning_content") and "thinking" not in m:
+            m = {**m, "thinking": m["reasoning_content"]}
+            if calls and m.get("content"):  # harmony templates refuse both beside tool calls
+                m = {**m, "thinking": f"{m['thinking']}\n\n{m['content']}", "content": ""}
+        if self.rules.single_call and len(calls) > 1:
+            extra = "\n".join("<tool_call>\n" + json.dumps({"name": c["function"]["name"],
+                                                            "arguments": c["function"]["arguments"]},
+                                                           ensure_ascii=False) + "\n</tool_call>"
+                              for c in calls[1:])
+            field = "thinking" if m.get("thinking") else "content"
+            text = m.get(field) or ""
+            m = {**m, "tool_calls": [calls[0]], field: f"{text}\n{extra}" if text else extra}
+        return m
+
+
+def apply(fmt: ChatFormat) -> tuple[ChatFormat, Rules]:
+    rules = detect(fmt)
+    return (RuledFormat(fmt, rules) if rules.rewrites else fmt), rules

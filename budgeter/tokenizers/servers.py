@@ -1,0 +1,74 @@
+"""What an inference server adds to a chat template's context, so a count matches its render.
+
+The same published template renders different prompts on different servers, because servers pass
+their own variables. llama.cpp (b11434, ``--jinja``) turns on ``preserve_reasoning`` by default
+(``--no-reasoning-preserve`` turns it off) and then sets ``preserve_thinking``,
+``clear_thinking``, ``truncate_history_thinking`` and ``drop_thinking`` to match, plus
+``enable_thinking``, and today's date as ``date_string`` and ``datetime`` (Llama 3.1's template
+prints it). With the Qwen3.6 template every earlier assistant turn keeps its ``<think>`` block.
+vLLM and transformers pass none of these: the same template drops the reasoning of turns before
+the last user query. A profile names its server as ``SPEC@SERVER`` (``qwen3.6@vllm``); the
+default is llama.cpp, the server local agents run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from budgeter.errors import InvalidTokenizerSpec
+
+DEFAULT_SERVER = "llama.cpp"
+
+_LLAMA_CPP: dict[str, Any] = {
+    "preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
+    "truncate_history_thinking": False, "drop_thinking": False, "enable_thinking": True,
+}
+
+SERVERS: dict[str, Mapping[str, Any]] = {
+    "llama.cpp": _LLAMA_CPP,
+    "vllm": {},
+    "transformers": {},
+}
+
+DESCRIPTIONS = {
+    "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
+    "vllm": "vLLM / transformers apply_chat_template (no extra template variables)",
+    "transformers": "transformers apply_chat_template (no extra template variables)",
+}
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``"qwen3.6@vllm"`` -> ``("qwen3.6", "vllm")``; a spec without a known server suffix is
+    returned whole (paths may contain ``@``)."""
+    base, sep, server = spec.rpartition("@")
+    if sep and base and server in SERVERS:
+        return base, server
+    return spec, None
+
+
+def check(server: str | None) -> str:
+    server = server or DEFAULT_SERVER
+    if server not in SERVERS:
+        raise InvalidTokenizerSpec(f"unknown server {server!r}; known: {', '.join(SERVERS)}", field="server")
+    return server
+
+
+def variables(server: str) -> dict[str, Any]:
+    return dict(SERVERS[server])
+
+
+def _now(fmt: str) -> Callable[[], str]:
+    return lambda: time.strftime(fmt)
+
+
+DYNAMIC: dict[str, Mapping[str, Callable[[], Any]]] = {
+    # common_chat_extra_context(): every render gets today's date in two spellings
+    "llama.cpp": {"date_string": _now("%d %b %Y"), "datetime": _now("%b %d %Y")},
+}
+
+
+def dynamic(server: str) -> dict[str, Callable[[], Any]]:
+    """Variables the server computes at each request (read by templates such as Llama 3.1's)."""
+    return dict(DYNAMIC.get(server, {}))

@@ -1,0 +1,137 @@
+"""Ground truth: budgeter's count equals what a real llama.cpp server counts.
+
+Each profile's vocabulary is written into a tiny random-weight GGUF (tests/llamacpp.py) with the
+same chat template, served by ``llama-server --jinja``; the same messages and tools go through
+``/v1/chat/completions`` (``max_tokens: 1``, ``usage.prompt_tokens``) and through
+``/apply-template`` + ``/tokenize``. Sessions hold tool calls, tool results, failed calls and
+their retries, reasoning, parallel calls, CJK and emoji; checked before and after compaction.
+Skips with the reason where the server binary is not built (.ci/build-llama-server).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from budgeter.core.engine import trim
+from budgeter.core.messages import to_openai
+from budgeter.core.policy import Policy
+from budgeter.tokenizers import resolve
+from budgeter.tokenizers.formats import template_text
+from tests import llamacpp
+from tests.tokenizers.agent_sessions import session
+
+SMALL = Policy(window=6000, reserve=500)
+
+
+def _vocab(profile: str):
+    if profile in ("qwen3.6", "qwen2.5"):
+        from tests.tokenizers.builtin_vocab import converted
+
+        return llamacpp.vocab_from_hf(converted(profile), chat_template=template_text(profile))
+    from tests.conftest import shared_tokenizer
+
+    return llamacpp.vocab_from_hf(shared_tokenizer(profile))
+
+
+def _spec(profile: str) -> str:
+    if profile in ("qwen3.6", "qwen2.5"):
+        return profile
+    from tests.conftest import shared_tokenizer
+
+    return shared_tokenizer(profile)
+
+
+# (profile, budgeter server convention, llama-server extra args)
+CASES = {
+    "qwen3.6": ("qwen3.6", "llama.cpp", ()),
+    "qwen3.6-no-preserve": ("qwen3.6", "vllm", ("--no-reasoning-preserve",)),
+    "qwen2.5": ("qwen2.5", "llama.cpp", ()),
+    "qwen3-folder": ("qwen3", "llama.cpp", ()),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def served(request, tmp_path_factory):
+    llamacpp.require_server()
+    profile, server, args = CASES[request.param]
+    model = tmp_path_factory.mktemp("gguf") / f"{profile}.gguf"
+    llamacpp.write_tiny_gguf(_vocab(profile), model)
+    counter = resolve(f"{_spec(profile)}@{server}")
+    with llamacpp.serve(model, extra_args=args) as url:
+        yield counter, url
+
+
+def _server_counts(url, messages, tools):
+    body = [to_openai(m) for m in messages]
+    usage = llamacpp.chat_prompt_tokens(url, body, tools)
+    text = llamacpp.apply_template(url, body, tools)
+    return usage, text, llamacpp.tokenize(url, text, add_special=True)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_counts_equal_llama_server_before_and_after_compaction(served, seed):
+    counter, url = served
+    messages, tools = session(seed, chars=30_000)
+    result = trim(messages, counter=counter, tools=tools, policy=SMALL)
+    assert result.compacted and result.tokens <= SMALL.budget
+    for prompt in (messages, list(result.messages)):
+        usage, text, ids = _server_counts(url, prompt, tools)
+        assert counter.render(prompt, tools) == text
+        assert counter.count_prompt(prompt, tools) == usage == len(ids)
+        assert counter.pieces.tokenizer.encode_full(text) == ids
+
+
+def test_no_tools_and_a_lone_user_turn(served):
+    counter, url = served
+    messages, _ = session(4, chars=4_000)
+    for prompt in (messages[:2], [m for m in messages if m.role in ("system", "user")]):
+        usage, _, ids = _server_counts(url, prompt, None)
+        assert counter.count_prompt(prompt, ()) == usage == len(ids)
+
+
+def test_cut_arguments_refused_by_server_and_compaction_makes_them_acceptable(served):
+    """A call whose arguments were cut mid-string: llama.cpp refuses the request (HTTP 500), as
+    strict providers do; budgeter still counts it (never a crash), and the compacted prompt, whose
+    arguments are valid JSON again, is accepted and counted exactly."""
+    counter, url = served
+    messages, tools = session(1, chars=30_000, truncated=True)
+    with pytest.raises(llamacpp.ServerError) as refused:
+        _server_counts(url, messages, tools)
+    assert refused.value.status in (400, 500)
+    assert counter.count_prompt(messages, tools) > 0
+    result = trim(messages, counter=counter, tools=tools, policy=SMALL)
+    usage, _, ids = _server_counts(url, list(result.messages), tools)
+    assert result.tokens == counter.count_prompt(list(result.messages), tools) == usage == len(ids)
+
+
+@pytest.fixture(scope="module")
+def llama3_served(tmp_path_factory):
+    """The shared Llama 3.1 folder's template renders neither tool schemas nor tool calls: the
+    server silently drops them; budgeter counts them (as text, and says so) and never under-counts."""
+    from tests.conftest import shared_tokenizer
+
+    llamacpp.require_server()
+    folder = shared_tokenizer("llama3_1")
+    model = llamacpp.write_tiny_gguf(llamacpp.vocab_from_hf(folder), tmp_path_factory.mktemp("l3") / "l3.gguf")
+    with llamacpp.serve(model) as url:
+        yield resolve(folder), url
+
+
+def test_llama3_exact_without_tool_traffic(llama3_served):
+    counter, url = llama3_served
+    messages, _ = session(2, chars=20_000)
+    plain = [m for m in messages if m.role in ("system", "user")]
+    usage, text, ids = _server_counts(url, plain, None)
+    # llama.cpp's /apply-template leaves out the leading BOS, which /tokenize adds back
+    assert counter.render(plain, ()) == "<|begin_of_text|>" + text
+    assert counter.pieces.tokenizer.encode_full(counter.render(plain, ())) == ids
+    assert counter.count_prompt(plain, ()) == usage == len(ids)
+
+
+def test_llama3_never_undercounts_what_the_server_drops(llama3_served):
+    counter, url = llama3_served
+    messages, tools = session(2, chars=20_000)
+    usage, text, _ = _server_counts(url, messages, tools)
+    assert "read_file" not in text  # the server dropped every call and schema
+    assert counter.count_prompt(messages, tools) > usage
+    assert any("tool calls" in n for n in counter.notes)

@@ -1,0 +1,101 @@
+"""Templates that are not additive or not pure are detected at load, reported, and never
+under-counted. Published templates come from llama.cpp's models/templates (in the sdist that
+.ci/build-llama-server keeps); tests needing one skip where it is absent."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from budgeter.core.engine import trim
+from budgeter.core.messages import from_openai_list, to_openai
+from budgeter.core.policy import Policy
+from budgeter.tokenizers import resolve
+from budgeter.tokenizers.formats import JinjaFormat
+from budgeter.tokenizers.rules import detect
+from tests import llamacpp
+from tests.tokenizers.agent_sessions import session
+
+
+def _template(tmp_path, filename):
+    text = llamacpp.published_template(filename)
+    if text is None:
+        pytest.skip(f"llama.cpp sdist with models/templates/{filename} not cached ({llamacpp.skip_reason()})")
+    path = tmp_path / filename
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _notes(counter) -> str:
+    return " ".join(counter.notes)
+
+
+def test_qwen36_is_additive_on_llama_cpp_and_drops_reasoning_elsewhere(qwen3_path):
+    assert "drops earlier reasoning" not in _notes(resolve("qwen3.6"))
+    assert "drops earlier reasoning" in _notes(resolve("qwen3.6@vllm"))
+    assert "drops earlier reasoning" in _notes(resolve(qwen3_path))  # Qwen3: always
+
+
+@pytest.mark.parametrize(("filename", "expected"), [
+    ("openai-gpt-oss-120b.jinja", dict(drops_reasoning=True, single_call=True, reads_date=True,
+                                       thinking_field=True)),
+    ("meta-llama-Llama-3.1-8B-Instruct.jinja", dict(single_call=True)),
+    ("meta-llama-Llama-3.2-3B-Instruct.jinja", dict(single_call=True, reads_date=True)),
+    ("Qwen-Qwen3-0.6B.jinja", dict(drops_reasoning=True)),
+    ("Qwen3.5-4B.jinja", dict(drops_reasoning=True)),
+    ("Qwen-Qwen2.5-7B-Instruct.jinja", dict()),
+])
+def test_rules_detected_on_published_templates(tmp_path, filename, expected):
+    fmt = JinjaFormat(_template(tmp_path, filename).read_text(), name=filename,
+                      variables={"bos_token": "<s>", "eos_token": "</s>"})
+    found = detect(fmt)
+    for rule in ("drops_reasoning", "single_call", "reads_date", "thinking_field"):
+        assert getattr(found, rule) == expected.get(rule, False), rule
+
+
+def test_gpt_oss_counts_every_call_and_the_reasoning_llama_cpp_renders(tmp_path, qwen3_path):
+    counter = resolve(qwen3_path, chat_format=str(_template(tmp_path, "openai-gpt-oss-120b.jinja")))
+    notes = _notes(counter)
+    for rule in ("one tool call per message", "reads the date", "message.thinking", "drops earlier reasoning"):
+        assert rule in notes
+    messages, tools = session(2, chars=10_000)
+    text = counter.render(messages, tools)
+    assert "edit_file" in text and '"old_string"' in text  # the second parallel call, as text
+    assert "<|channel|>analysis<|message|>" in counter.render(messages[:8], tools)  # reasoning via thinking
+    dropped = from_openai_list([{**to_openai(m), "tool_calls": [c for c in to_openai(m)["tool_calls"][:1]]}
+                                if m.tool_calls else to_openai(m) for m in messages])
+    assert counter.count_prompt(messages, tools) > counter.count_prompt(dropped, tools)
+
+
+def test_llama32_counts_with_todays_date(tmp_path, llama3_path):
+    counter = resolve(llama3_path, chat_format=str(_template(tmp_path, "meta-llama-Llama-3.2-3B-Instruct.jinja")))
+    messages, tools = session(2, chars=4_000)
+    today = datetime.datetime.now().strftime("%d %b %Y")
+    assert f"Today Date: {today}" in counter.render(messages, tools)
+    assert "reads the date" in _notes(counter)
+
+
+def test_llama31_published_template_equals_llama_server(tmp_path, llama3_path):
+    """Llama 3.1's own template (tools in the first user turn, one call per message): equal to
+    llama-server on single-call sessions before and after compaction; a parallel call is refused
+    by the server (HTTP 400) and counted by budgeter with the extra call as text."""
+    llamacpp.require_server()
+    template = _template(tmp_path, "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    counter = resolve(llama3_path, chat_format=str(template))
+    assert "reads the date" in _notes(counter)  # llama.cpp passes date_string; the template prints it
+    messages, tools = session(1, chars=20_000)
+    single = [m for m in messages if len(m.tool_calls) < 2 and m.tool_call_id not in ("call_x1", "call_x2")]
+    result = trim(single, counter=counter, tools=tools, policy=Policy(window=5000, reserve=500))
+    assert result.compacted
+    model = llamacpp.write_tiny_gguf(llamacpp.vocab_from_hf(llama3_path), tmp_path / "l3.gguf")
+    with llamacpp.serve(model, chat_template_file=template) as url:
+        for prompt in (single, list(result.messages)):
+            body = [to_openai(m) for m in prompt]
+            text = llamacpp.apply_template(url, body, tools)
+            assert counter.render(prompt, tools) in (text, "<|begin_of_text|>" + text)
+            assert counter.count_prompt(prompt, tools) == llamacpp.chat_prompt_tokens(url, body, tools)
+        with pytest.raises(llamacpp.ServerError) as refused:
+            llamacpp.chat_prompt_tokens(url, [to_openai(m) for m in messages], tools)
+        assert refused.value.status == 400
+    assert counter.count_prompt(messages, tools) > counter.count_prompt(single, tools)
