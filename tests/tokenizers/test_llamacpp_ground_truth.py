@@ -73,7 +73,8 @@ def test_counts_equal_llama_server_before_and_after_compaction(served, seed):
     counter, url = served
     messages, tools = session(seed, chars=30_000)
     result = trim(messages, counter=counter, tools=tools, policy=SMALL)
-    assert result.compacted and result.tokens <= SMALL.budget
+    # compacted, or (where the failure hygiene alone made it fit) at least rewritten
+    assert result.tokens <= SMALL.budget and (result.compacted or list(result.messages) != messages)
     for prompt in (messages, list(result.messages)):
         usage, text, ids = _server_counts(url, prompt, tools)
         assert counter.render(prompt, tools) == text
