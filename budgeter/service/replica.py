@@ -42,13 +42,6 @@ class Replica:
         self._live: OrderedDict[str, Live] = OrderedDict()
         self._live_lock = threading.Lock()
 
-    def info(self, sid: str, *, fresh: bool = False) -> SessionInfo:
-        with self._live_lock:
-            live = self._live.get(sid)
-        if live is not None and not fresh:
-            return live.info
-        return SessionInfo.of(self.store.get(sid))
-
     def forget(self, sid: str) -> None:
         with self._live_lock:
             self._live.pop(sid, None)
