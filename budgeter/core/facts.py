@@ -215,8 +215,3 @@ def _bad(cf: CallFacts) -> str:
 
 def _first_line(text: str) -> str:
     return next((ln for ln in text.splitlines() if ln.strip()), "")[:200]
-
-
-def facts_of(m: Message, policy: Policy, tools: Sequence[JSONDict] = ()) -> Facts:
-    """Facts of one message on its own (no earlier history)."""
-    return History(policy, tools).facts_for(m)

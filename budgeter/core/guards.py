@@ -49,13 +49,6 @@ class CallVerdict:
     def runnable(self) -> bool:
         return self.status in (ArgStatus.VALID, ArgStatus.REPAIRED) and not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "runnable": self.runnable, "arguments": self.arguments,
-                "repair": self.repair, "detail": self.detail,
-                "problems": [{"code": p.code, "field": p.field, "message": p.message}
-                             for p in self.problems],
-                "repeat_of": self.repeat_of, "repeat_error": self.repeat_error}
-
 
 def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
                        finish_reason: str | None = None,

@@ -78,20 +78,22 @@ class ProxySessions:
     def turn(self, request: Request, *, session: str = "") -> Turn:
         """Reconcile, append the new suffix once, build."""
         root = session or rc.derived_id(request.messages, request.tools)
+        appended = None
         for _ in range(2):
             line = self._resolve(root, request)
             suffix = request.messages[line.stored:]
             try:
                 if suffix:
-                    self.sessions.append(line.id, suffix, request_id=rc.request_id(line.id, line.stored, suffix),
-                                         etag=make_etag(line.stored, line.incarnation))
+                    appended = self.sessions.append(
+                        line.id, suffix, request_id=rc.request_id(line.id, line.stored, suffix),
+                        etag=make_etag(line.stored, line.incarnation))
                 break
             except EtagMismatch:  # another request appended meanwhile: reconcile again
                 continue
         else:
             raise EtagMismatch("the session changed while this request was being added; retry",
                                metadata={"session": line.id})
-        result, info = self.sessions.build(line.id)
+        result, info = self.sessions.build(line.id, after=appended)
         return Turn(line.id, result, info.etag, len(suffix), line.id != root)
 
     def _resolve(self, root: str, request: Request) -> _Line:

@@ -132,6 +132,9 @@ class AppendResult:
     message_count: int
     replayed: bool
     tokenizer: str
+    current: bool = False
+    """This replica's live engine holds the append (written through, no other writer between):
+    a build right after it needs no catch-up read."""
 
 
 @dataclass(frozen=True, slots=True)

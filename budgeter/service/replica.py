@@ -46,6 +46,10 @@ class Replica:
         with self._live_lock:
             self._live.pop(sid, None)
 
+    def cached(self, sid: str) -> Live | None:
+        with self._live_lock:
+            return self._live.get(sid)
+
     def sync(self, sid: str) -> Live:
         """The session's engine state, caught up with the store in one read."""
         for _ in range(4):
@@ -92,15 +96,17 @@ class Replica:
         return live
 
     def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
-                facts: Sequence[Facts] | None) -> None:
+                facts: Sequence[Facts] | None) -> bool:
         """Write-through: messages this replica just appended at ``first_index`` go to the live
         engine with the facts already computed, so the next request reads nothing back from the
         store. When another writer came between, the next sync reads the records instead; facts
-        previewed against another history length are computed again."""
+        previewed against another history length are computed again. True when written."""
         with live.lock:
-            if live.version == first_index:
-                live.engine.append(messages, facts)
-                live.version = version
+            if live.version != first_index:
+                return False
+            live.engine.append(messages, facts)
+            live.version = version
+            return True
 
     def _apply_events(self, live: Live, count: int) -> None:
         """Events that change what the engine keeps (planned edits supersede snapshots)."""

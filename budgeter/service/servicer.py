@@ -17,7 +17,7 @@ from budgeter.service.auth import Auth
 from budgeter.service.errors import code_for, to_status
 from budgeter.service.guards import Guards
 from budgeter.service.metrics import Metrics
-from budgeter.service.sessions import TENANT, Sessions
+from budgeter.service.sessions import TENANT, AppendResult, Sessions
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 
@@ -122,29 +122,29 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         return pb.DeleteSessionResponse()
 
     def _append(self, session: str, messages: Sequence[pb.Message], request_id: str,
-                etag: str = "") -> pb.AppendMessagesResponse:
+                etag: str = "") -> AppendResult:
         """AppendMessages, also run by BuildPrompt when its request carries messages."""
         self.sessions.check_sizes([m.ByteSize() for m in messages])  # before any parsing
         result = self.sessions.append(session, cv.messages_from_pb(messages), request_id=request_id, etag=etag)
         if not result.replayed:
             self.metrics.tokens_counted.labels(result.tokenizer).inc(
                 sum(m.tokens for m in result.messages))
-        return cv.append_to_pb(result)
+        return result
 
     @rpc
     def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
-        return self._append(request.session, request.messages, request.request_id, request.etag)
+        return cv.append_to_pb(self._append(request.session, request.messages, request.request_id, request.etag))
 
     @rpc
     def BuildPrompt(self, request: pb.BuildPromptRequest, context: Any) -> pb.BuildPromptResponse:
         overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
         appended = (self._append(request.session, request.messages, request.request_id)
                     if request.messages else None)
-        result, info = self.sessions.build(request.session, overrides=overrides)
+        result, info = self.sessions.build(request.session, overrides=overrides, after=appended)
         self.metrics.built(result)
         out = cv.build_to_pb(result, info, request.view)
         if appended is not None:
-            out.appended.CopyFrom(appended)
+            out.appended.CopyFrom(cv.append_to_pb(appended))
         return out
 
     @rpc

@@ -137,14 +137,14 @@ class Sessions:
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
             fingerprint=fingerprint(texts), result=dumps_text(results),
             expected_version=expected)
-        if not outcome.replayed:
-            self.replica.written(live, outcome.first_index, outcome.version, messages,
-                                 facts if previewed_at == outcome.first_index else None)
+        current = not outcome.replayed and self.replica.written(
+            live, outcome.first_index, outcome.version, messages,
+            facts if previewed_at == outcome.first_index else None)
         stored = json.loads(outcome.result)
         appended = tuple(Appended(outcome.first_index + i, cost, tuple(CallInfo.from_list(c) for c in calls), result)
                          for i, (cost, calls, result) in enumerate(stored))
         return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
-                            outcome.version, outcome.replayed, cfg.tokenizer)
+                            outcome.version, outcome.replayed, cfg.tokenizer, current)
 
     def check_sizes(self, sizes: Sequence[int]) -> None:
         """The append limits, on sizes alone: callers check them before parsing anything."""
@@ -163,10 +163,12 @@ class Sessions:
 
     # -- prompts -------------------------------------------------------------------------------
 
-    def build(self, name: str, *, overrides: dict[str, Any] | None = None
+    def build(self, name: str, *, overrides: dict[str, Any] | None = None, after: AppendResult | None = None
               ) -> tuple[BuildResult, SessionInfo]:
+        """``after``: the append this build follows in the same request (a one-call turn); when it
+        was written through, the replica is current and the store is not read again."""
         sid = session_id_of(name)
-        live = self.replica.sync(sid)
+        live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
             new = {h: escape_surrogates(t) for h, t in result.payloads.items()

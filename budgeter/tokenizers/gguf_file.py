@@ -24,7 +24,8 @@ PRE = {"qwen2": (_QWEN2, True), "llama-bpe": (_LLAMA3, False), "llama3": (_LLAMA
 _CONTROL, _USER_DEFINED = 3, 4
 
 
-def _value(reader: Any, key: str) -> Any:
+def gguf_value(reader: Any, key: str) -> Any:
+    """A metadata field of a GGUFReader: a string, number, or list (always a list for tokens)."""
     field = reader.fields.get(key)
     if field is None:
         return None
@@ -42,23 +43,23 @@ def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
         reader = GGUFReader(str(path))
     except Exception as exc:
         raise TokenizerLoadError(f"{path} is not a readable GGUF file: {exc}") from exc
-    model, pre = _value(reader, "tokenizer.ggml.model"), _value(reader, "tokenizer.ggml.pre")
-    tokens = _value(reader, "tokenizer.ggml.tokens")
+    model, pre = gguf_value(reader, "tokenizer.ggml.model"), gguf_value(reader, "tokenizer.ggml.pre")
+    tokens = gguf_value(reader, "tokenizer.ggml.tokens")
     if not tokens:
         raise TokenizerLoadError(f"{path}: the GGUF file holds no tokenizer", metadata={"path": str(path)})
     if model == "gpt2" and pre in PRE:
-        types = _value(reader, "tokenizer.ggml.token_type")
-        merges = _value(reader, "tokenizer.ggml.merges")
+        types = gguf_value(reader, "tokenizer.ggml.token_type")
+        merges = gguf_value(reader, "tokenizer.ggml.merges")
         tok = _byte_level_bpe(tokens, types, merges, *PRE[pre])
     else:
         tok = _transformers_builder(reader, path)
     variables = {}
     for name in ("bos", "eos", "unk", "pad"):
         key = {"unk": "unknown", "pad": "padding"}.get(name, name)
-        token_id = _value(reader, f"tokenizer.ggml.{key}_token_id")
+        token_id = gguf_value(reader, f"tokenizer.ggml.{key}_token_id")
         if isinstance(token_id, int) and 0 <= token_id < len(tokens):
             variables[f"{name}_token"] = tokens[token_id]
-    return tok, _value(reader, "tokenizer.chat_template"), variables
+    return tok, gguf_value(reader, "tokenizer.chat_template"), variables
 
 
 def _transformers_builder(reader: Any, path: Path) -> Any:
@@ -67,10 +68,10 @@ def _transformers_builder(reader: Any, path: Path) -> Any:
         convert_gguf_tokenizer,
     )
 
-    fields = {name: _value(reader, f"tokenizer.{key}") for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()}
+    fields = {name: gguf_value(reader, f"tokenizer.{key}") for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()}
     fields = {k: v for k, v in fields.items() if v is not None}
     try:
-        tok, _ = convert_gguf_tokenizer(_value(reader, "general.architecture"), fields)
+        tok, _ = convert_gguf_tokenizer(gguf_value(reader, "general.architecture"), fields)
     except Exception as exc:
         raise TokenizerLoadError(
             f"{path}: GGUF tokenizer {fields.get('tokenizer_type')!r}/{fields.get('pre_tokenizer_type')!r} "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 TEMPLATE = Path(__file__).with_name("gemma3.jinja")
 CACHE = Path.home() / ".cache" / "budgeter" / "tokenizers" / "gemma-3-270m"
@@ -30,16 +29,6 @@ def gemma_model() -> tuple[Path | None, str]:
     return path, ""
 
 
-def _value(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    values = [field.parts[i] for i in field.data]
-    decoded = [bytes(v).decode("utf-8") if v.dtype.kind == "u" and v.dtype.itemsize == 1 else v.item()
-               for v in values]
-    return decoded if len(field.data) > 1 else decoded[0]
-
-
 def gemma_tokenizer_folder(model: Path) -> Path:
     done = CACHE / "tokenizer.json"
     config = {"chat_template": TEMPLATE.read_text(), "bos_token": "<bos>", "eos_token": "<eos>"}
@@ -47,13 +36,15 @@ def gemma_tokenizer_folder(model: Path) -> Path:
         from gguf import GGUFReader
         from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
 
+        from budgeter.tokenizers.gguf_file import gguf_value
+
         reader = GGUFReader(str(model))
-        spec = {"tokenizer_type": _value(reader, "tokenizer.ggml.model"),
-                "pre_tokenizer_type": _value(reader, "tokenizer.ggml.pre"),
-                **{name: _value(reader, f"tokenizer.ggml.{name}") for name in ("tokens", "scores", "token_type")},
-                **{f"{short}_token_id": _value(reader, f"tokenizer.ggml.{long}_token_id")
+        spec = {"tokenizer_type": gguf_value(reader, "tokenizer.ggml.model"),
+                "pre_tokenizer_type": gguf_value(reader, "tokenizer.ggml.pre"),
+                **{name: gguf_value(reader, f"tokenizer.ggml.{name}") for name in ("tokens", "scores", "token_type")},
+                **{f"{short}_token_id": gguf_value(reader, f"tokenizer.ggml.{long}_token_id")
                    for short, long in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding"))}}
-        tokenizer, _ = convert_gguf_tokenizer(_value(reader, "general.architecture"), spec)
+        tokenizer, _ = convert_gguf_tokenizer(gguf_value(reader, "general.architecture"), spec)
         CACHE.mkdir(parents=True, exist_ok=True)
         tokenizer.save(str(CACHE / "tokenizer.json.part"))
         (CACHE / "tokenizer.json.part").replace(done)
