@@ -11,25 +11,48 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from budgeter.tokenizers.twin import twin
+
 
 def _alternation(tokens: Iterable[str]) -> str:
-    return "|".join(re.escape(t) for t in sorted(set(tokens), key=len, reverse=True) if t)
+    """A regex matching the longest of ``tokens`` at a position, as a character trie: Python's
+    ``re`` tries a flat alternation one branch at a time, so Gemma's 6,384 added tokens made every
+    split of a prompt cost ~9 ms; the trie rejects a position on its first character."""
+    trie: dict[str, dict] = {}
+    for token in set(tokens):
+        if token:
+            node = trie
+            for ch in token:
+                node = node.setdefault(ch, {})
+            node[""] = {}
+    return _trie_regex(trie)
+
+
+def _trie_regex(node: dict[str, dict]) -> str:
+    branches = [re.escape(ch) + _trie_regex(child) for ch, child in sorted(node.items()) if ch]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if "" not in node:
+        return body
+    return f"(?:{body})?"  # greedy: the longer token first, this one if the longer fails
 
 
 class HFTokenizer:
     def __init__(self, tok: Any, *, name: str) -> None:
         self.name = name
         self._tok = tok
-        parts = []
-        for added in tok.get_added_tokens_decoder().values():
-            if not added.content:
-                continue
-            core = re.escape(added.content)
-            left = r"\s*" if added.lstrip else ""
-            right = r"\s*" if added.rstrip else ""
-            parts.append((len(added.content), left + core + right))
-        self._pattern = "|".join(p for _, p in sorted(parts, key=lambda x: -x[0]))
+        added = [a for a in tok.get_added_tokens_decoder().values() if a.content]
+        # tokens that absorb whitespace beside them first (longest first), then one trie of the rest
+        stripping = sorted((a for a in added if a.lstrip or a.rstrip), key=lambda a: -len(a.content))
+        parts = [(r"\s*" if a.lstrip else "") + re.escape(a.content) + (r"\s*" if a.rstrip else "")
+                 for a in stripping]
+        plain = _alternation(a.content for a in added if not (a.lstrip or a.rstrip))
+        self._pattern = "|".join([*parts, plain] if plain else parts)
         self.specials = tuple(a.content for a in tok.get_added_tokens_decoder().values())
+        self._fast = twin(tok)
+        self.note = ("count backend: tiktoken twin of the byte-level BPE (ids checked equal at load)"
+                     if self._fast is not None else "count backend: Hugging Face tokenizers")
 
     @classmethod
     def from_file(cls, path: str, *, name: str) -> HFTokenizer:
@@ -38,6 +61,8 @@ class HFTokenizer:
         return cls(Tokenizer.from_file(path), name=name)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
+        if self._fast is not None:
+            return [self._fast(t) for t in texts]
         if len(texts) == 1:
             return [len(self._tok.encode(texts[0], add_special_tokens=False).ids)]
         return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]

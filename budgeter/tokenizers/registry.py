@@ -234,6 +234,8 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
     caps = probe(fmt)
     notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",
              "count: exact (full template render, pieces between special tokens cached)"]
+    if note := getattr(tok, "note", ""):
+        notes.append(note)
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")

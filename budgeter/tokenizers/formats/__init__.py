@@ -79,6 +79,7 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+_STR_FORMAT = frozenset({"format", "format_map"})
 
 
 def _fast_dict_lookup(env: Any) -> None:
@@ -99,6 +100,13 @@ def _fast_dict_lookup(env: Any) -> None:
             try:
                 return obj[attribute]
             except KeyError:
+                return env.undefined(obj=obj, name=attribute)
+        if kind is str and not attribute.startswith("_") and attribute not in _STR_FORMAT:
+            # content.strip, .split, .startswith...: a str is immutable and its public methods
+            # are never internal (format and format_map the sandbox wraps: not here)
+            try:
+                return getattr(obj, attribute)
+            except AttributeError:
                 return env.undefined(obj=obj, name=attribute)
         if kind is LoopContext and not attribute.startswith("_"):
             # loop.first/index0/last...: public, never internal, never a known mutable

@@ -1,0 +1,69 @@
+"""The tiktoken twin of a byte-level BPE counts exactly as Hugging Face tokenizers does, and the
+special-token trie splits exactly as the flat alternation it replaced."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from tokenizers import Tokenizer
+
+from budgeter.tokenizers.backends import HFTokenizer
+from budgeter.tokenizers.twin import twin
+from tests.bench.sessions import make_session
+
+
+def _texts(seed: int = 0) -> list[str]:
+    out = []
+    for s in range(3):
+        for m in make_session(seed + s, chars=150_000)["messages"]:
+            out.append(m.get("content") or "")
+            out += [c["function"]["arguments"] for c in m.get("tool_calls", [])]
+    rng = random.Random(seed)
+    alphabet = [chr(c) for c in [*range(32, 0x250), *range(0x370, 0x530), *range(0x4E00, 0x4F00),
+                                 *range(0x1F300, 0x1F650), *range(0x600, 0x700), *range(0x900, 0x980)]]
+    alphabet += ["\n", "\t", "  ", "\r\n", "\u0301", "\u200d", "\u00a0"]
+    out += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120))) for _ in range(1500)]
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_twin_ids_equal_hf_on_sessions_and_random_text(name):
+    from tests.conftest import shared_tokenizer
+
+    hf = Tokenizer.from_file(shared_tokenizer(name) + "/tokenizer.json")
+    wrapped = HFTokenizer(hf, name=name)
+    assert wrapped._fast is not None, "a byte-level BPE vocabulary should get its tiktoken twin"
+    texts = _texts()
+    assert wrapped.count_batch(texts) == [len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_twin_refuses_reordered_merges_and_byte_fallback(tiny_bpe_path, tmp_path):
+    hf = Tokenizer.from_file(tiny_bpe_path)
+    assert twin(hf) is not None
+    spec = json.loads(hf.to_str())
+    merges = spec["model"]["merges"]
+    merges[0], merges[-1] = merges[-1], merges[0]  # HF would now merge in another order than ids say
+    shuffled = tmp_path / "tokenizer.json"
+    shuffled.write_text(json.dumps(spec), encoding="utf-8")
+    assert twin(Tokenizer.from_file(str(shuffled))) is None
+    spec = json.loads(hf.to_str())
+    spec["model"]["byte_fallback"] = True
+    shuffled.write_text(json.dumps(spec), encoding="utf-8")
+    assert twin(Tokenizer.from_file(str(shuffled))) is None
+    assert HFTokenizer(Tokenizer.from_file(str(shuffled)), name="x").note.endswith("Hugging Face tokenizers")
+
+
+def test_special_trie_splits_as_the_flat_alternation(tiny_bpe_path):
+    from tokenizers import AddedToken
+
+    hf = Tokenizer.from_file(tiny_bpe_path)
+    many = [f"<unused{i}>" for i in range(3000)] + ["<unused1", "<start_of_turn>", "<start>", "[multimodal]"]
+    hf.add_special_tokens([AddedToken(t, special=True) for t in many])
+    tok = HFTokenizer(hf, name="many")
+    flat = "|".join(re.escape(t) for t in sorted(set(tok.specials), key=len, reverse=True))
+    rng = random.Random(1)
+    text = "".join(rng.choice([*many, "x", " ", "<", "<unused", "<start_of", "\n", "[multi"]) for _ in range(5000))
+    assert re.split(f"({tok.special_pattern()})", text) == re.split(f"({flat})", text)
