@@ -32,6 +32,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from budgeter.affinity import SessionAffinity
+from budgeter.core.jsonargs import loads
 from budgeter.core.messages import from_openai, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.shapes import append_from_pb, plan_from_pb, report_from_pb, suggestion_of, verdict_from_pb
@@ -217,7 +218,7 @@ class Client:
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
         r = (yield from self._rpc("BuildPrompt", request, retries=self.retries))
-        body = json.loads(r.body_json)
+        body = loads(r.body_json)
         appended = append_from_pb(r.appended, _arguments(request.messages)) if append else None
         return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
                       r.extends_previous, r.prefix_changed_at, report_from_pb(r.report), appended)

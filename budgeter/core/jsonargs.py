@@ -20,6 +20,11 @@ from typing import Any
 
 from budgeter.core.markers import fmt_chars, handle_for, marker
 
+try:  # a core dependency; the pure core still imports without it
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
+
 
 class ArgStatus(StrEnum):
     VALID = "VALID"
@@ -43,6 +48,18 @@ def escape_surrogates(text: str) -> str:
     """Lone surrogates (from a ``"\\ud800"`` escape) cannot be encoded as UTF-8; inside JSON text
     they only occur in strings, where the ``\\uXXXX`` escape means the same value."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, through orjson where it can (a 75 KB prompt body: ~0.15 ms instead of ~0.8).
+    What orjson refuses and the standard library reads (a lone surrogate escape, NaN, integers
+    past 64 bits) is read by the standard library: the result is the same either way."""
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def dumps_text(value: Any, **kw: Any) -> str:

@@ -7,7 +7,6 @@ is an OpenAI-style 404. Blocking work (store, tokenizer) runs in Starlette's thr
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -25,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from budgeter.core.engine import BuildResult
+from budgeter.core.jsonargs import dumps, loads, orjson
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import UpstreamError, error_response, upstream_error
@@ -208,7 +208,8 @@ class Proxy:
         started = time.perf_counter()
         url = f"{self.url}/chat/completions"
         try:
-            request = self.client.build_request("POST", url, json=call.body, headers=forward)
+            request = self.client.build_request("POST", url, content=encode_json(call.body),
+                                                headers={**forward, "content-type": "application/json"})
             upstream = await self.client.send(request, stream=stream)
         except httpx.HTTPError as exc:
             raise upstream_error(exc, self.url) from exc
@@ -289,12 +290,23 @@ async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
         raise InvalidInput(f"the request body is {len(raw)} bytes; the limit is {limit}",
                            reason="REQUEST_TOO_LARGE", metadata={"limit": limit})
     try:
-        body = json.loads(raw)
+        body = loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"the request body is not JSON: {exc}", reason="INVALID_JSON") from exc
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
     return body
+
+
+def encode_json(body: dict[str, Any]) -> bytes:
+    """The upstream body as compact UTF-8 JSON (what httpx's ``json=`` writes), through orjson where
+    it can: a 100 KB prompt in ~0.1 ms instead of ~1 ms."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(body)
+        except TypeError:  # a lone surrogate, an integer past 64 bits: the standard library writes those
+            pass
+    return dumps(body).encode()
 
 
 def forward_headers(http: HTTPRequest) -> dict[str, str]:

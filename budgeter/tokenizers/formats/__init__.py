@@ -80,6 +80,7 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 _STR_FORMAT = frozenset({"format", "format_map"})
+_BUILTIN = type("".strip)
 
 
 def _fast_dict_lookup(env: Any) -> None:
@@ -92,7 +93,8 @@ def _fast_dict_lookup(env: Any) -> None:
         return
     sandboxed = env.getattr
 
-    from jinja2.runtime import LoopContext
+    from jinja2.runtime import LoopContext, Macro
+    from jinja2.utils import Namespace
 
     def getattr_(obj: Any, attribute: str) -> Any:
         kind = type(obj)
@@ -108,15 +110,33 @@ def _fast_dict_lookup(env: Any) -> None:
                 return getattr(obj, attribute)
             except AttributeError:
                 return env.undefined(obj=obj, name=attribute)
-        if kind is LoopContext and not attribute.startswith("_"):
-            # loop.first/index0/last...: public, never internal, never a known mutable
+        if (kind is LoopContext or kind is Namespace) and not attribute.startswith("_"):
+            # loop.first/index0/last..., ns.last_query_index...: public, never internal, never a
+            # known mutable; a callable value goes the sandbox's way (it may wrap str.format)
             try:
-                return getattr(obj, attribute)
+                value = getattr(obj, attribute)
             except AttributeError:
                 pass
+            else:
+                if not callable(value):
+                    return value
         return sandboxed(obj, attribute)
 
+    sandboxed_call = env.call
+
+    def call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """``content.strip()`` and macro calls: the sandbox's answer for a public method of a str
+        (not format/format_map) or a template macro is always "safe", and ``Context.call`` then
+        only drops the loop/block variables it was handed."""
+        kind = type(obj)
+        if (kind is Macro or (kind is _BUILTIN and type(obj.__self__) is str and obj.__name__ not in _STR_FORMAT)):
+            kwargs.pop("_loop_vars", None)
+            kwargs.pop("_block_vars", None)
+            return obj(*args, **kwargs)
+        return sandboxed_call(context, obj, *args, **kwargs)
+
     env.getattr = getattr_
+    env.call = call
     env._budgeter_fast = True
 
 
