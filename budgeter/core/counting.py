@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from budgeter.core import incremental
 from budgeter.core.jsonargs import _SURROGATE
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
@@ -111,12 +112,15 @@ class TemplateCounter:
         name: str,
         adapter: Adapter | None = None,
         notes: Sequence[str] = (),
+        drops_reasoning: bool = False,
     ) -> None:
         self.name = name
         self.format = fmt
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
         self.notes = tuple(notes)
+        self.windowed = incremental.Windowed(drops_reasoning=drops_reasoning)
+        """Renders only the tail of a prompt that extends the session's previous one (proven each time)."""
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
 
@@ -128,19 +132,35 @@ class TemplateCounter:
             d = self._dicts[m] = to_template(m)
         return d
 
-    def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
+    def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+                 ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
         dicts = [self._template_dict(m) for m in messages]
-        schemas: Sequence[Mapping[str, Any]] = tools
         if self.adapter is not None:
-            dicts, schemas = self.adapter(dicts, tools)
+            return self.adapter(dicts, tools)
+        return dicts, tools
+
+    def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
+        dicts, schemas = self._adapted(messages, tools)
         return self.format.render(dicts, list(schemas) or None, add_generation_prompt=True)
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.pieces.count(self.render(messages, tools))
 
-    def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> tuple[int, str]:
-        text = self.render(messages, tools)
-        return self.pieces.count(text), text
+    def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict], *,
+                       memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
+        """The exact count and the text counted. With a session's ``memo``, a prompt that extends
+        the previous one renders only its tail (``core/incremental.py``)."""
+        if memo is None:
+            text = self.render(messages, tools)
+            return self.pieces.count(text), text
+        dicts, schemas = self._adapted(messages, tools)
+        listed = list(schemas) or None
+
+        def render(part: list[dict[str, Any]], gen: bool) -> str:
+            return self.format.render(part, listed, add_generation_prompt=gen)
+
+        return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
+                                  self.pieces.tokens_after)
 
     def tokens_after(self, text: str, chars: int) -> int:
         return self.pieces.tokens_after(text, chars)
@@ -187,12 +207,13 @@ class TemplateCounter:
         return self.pieces.count(text)
 
 
-def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict]) -> tuple[int, str]:
+def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,
+                   memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
     """``count_prompt`` plus the text it counted; '' for counters whose encoding has no text form
-    (mistral-common encodes the request itself)."""
+    (mistral-common encodes the request itself). ``memo``: the session's previous render."""
     fn = getattr(counter, "count_rendered", None)
     if fn is not None:
-        return fn(messages, tools)  # type: ignore[no-any-return]
+        return fn(messages, tools, memo=memo)  # type: ignore[no-any-return]
     return counter.count_prompt(messages, tools), ""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from budgeter.core.counting import shared_prefix
 from budgeter.core.facts import Facts, History
+from budgeter.core.incremental import RenderMemo
 from budgeter.core.markers import contains_marker, handles_in
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
@@ -87,6 +88,7 @@ class Session:
         self._planned = 0
         self._last: tuple[Message, ...] = ()
         self._last_text = ""
+        self._memo = RenderMemo()
 
     @property
     def history(self) -> list[Message]:
@@ -112,7 +114,7 @@ class Session:
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
-                      superseded=self.superseded)
+                      superseded=self.superseded, memo=self._memo)
         view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
         view, steps = run(ALWAYS, view, ctx)
         before = ctx.exact(view)

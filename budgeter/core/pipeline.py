@@ -15,6 +15,7 @@ from typing import Any
 
 from budgeter.core.counting import count_rendered
 from budgeter.core.facts import Facts, History
+from budgeter.core.incremental import RenderMemo
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
 from budgeter.core.typing import CompactionStep, JSONDict, PromptCounter
@@ -95,6 +96,8 @@ class Context:
     """The exact count of the view as the last ``exact`` call (or the fit step) left it."""
     text: str = ""
     """The rendered prompt that ``total`` counted ('' where the encoding has no text form)."""
+    memo: RenderMemo | None = None
+    """The session's previous render, so that a prompt extending it renders only its tail."""
     _delta: int = 0
 
     @property
@@ -110,7 +113,8 @@ class Context:
         return self.policy.budget
 
     def exact(self, view: View) -> int:
-        self.total, self.text = count_rendered(self.counter, [i.message for i in view], self.tools)
+        self.total, self.text = count_rendered(self.counter, [i.message for i in view], self.tools,
+                                               memo=self.memo)
         self._delta = self.total - self._sum(view)
         return self.total
 

@@ -233,11 +233,14 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
     fmt, found = rules.apply(fmt)
     caps = probe(fmt)
     notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",
-             "count: exact (full template render, pieces between special tokens cached)"]
+             "count: exact (the template's render of the whole prompt; a prompt extending the session's "
+             "previous one renders only its tail, checked against the previous text; pieces between "
+             "special tokens cached)"]
     if note := getattr(tok, "note", ""):
         notes.append(note)
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")
     notes += found.notes()
-    return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()])
+    return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
+                           drops_reasoning=found.drops_reasoning)

@@ -110,7 +110,7 @@ def _fast_dict_lookup(env: Any) -> None:
                 return getattr(obj, attribute)
             except AttributeError:
                 return env.undefined(obj=obj, name=attribute)
-        if (kind is LoopContext or kind is Namespace) and not attribute.startswith("_"):
+        if (kind is LoopContext or isinstance(obj, Namespace)) and not attribute.startswith("_"):
             # loop.first/index0/last..., ns.last_query_index...: public, never internal, never a
             # known mutable; a callable value goes the sandbox's way (it may wrap str.format)
             try:

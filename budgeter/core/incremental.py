@@ -1,0 +1,191 @@
+"""Render only the tail of a prompt that extends the previous one, and prove it each time.
+
+A chat template renders the whole conversation on every call; on a 32K-token prompt that is most
+of a build's time, although most turns only append. ``render`` keeps, per session, the previous
+render's text and *anchors* (message index -> the position in the text where that message's
+output starts) and renders only a **window**: the head (the system message and the closest user
+message before the window, so that rules such as "reasoning after the last user query" see what
+they would see) followed by the messages from an anchor on. The window's text after the head
+replaces the previous text from that anchor on.
+
+It is taken only when it is checked on the spot:
+- the **overlap** (messages of the previous prompt from the anchor to the end of what is
+  unchanged, at least one) renders in the window, followed by the new messages, byte for byte as
+  it did in the previous text: the window reproduces the context those messages see, and the new
+  messages do not change the text before them;
+- the head's render is a prefix of the window's render, and the window ends with the template's
+  generation prompt;
+- nothing before the anchor can change its text: no message before it changed, and where the
+  template drops earlier reasoning once a user speaks, no message before it carries reasoning.
+
+Otherwise the whole conversation is rendered, and an anchor for the next turn is found (and
+checked) the same way. ``audit_every`` builds also render in full and compare; a difference
+turns the window off for the profile for good (``Windowed.broken``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("budgeter.counting")
+
+Dicts = list[dict[str, Any]]
+Render = Callable[[Dicts, bool], str]
+"""(template-ready messages, add_generation_prompt) -> text."""
+
+
+@dataclass
+class RenderMemo:
+    """One session's previous render: what was rendered, its text, exact count and anchors."""
+
+    dicts: Dicts = field(default_factory=list)
+    tools: Sequence[Mapping[str, Any]] = ()
+    text: str = ""
+    total: int = 0
+    anchors: dict[int, int] = field(default_factory=dict)
+    builds: int = 0
+    head: tuple[int, ...] = ()
+    head_text: str = ""
+    """The last head's render (ids of its dicts): heads rarely change between turns."""
+
+    def bare(self, render: Render, head: Dicts) -> str:
+        key = tuple(map(id, head))
+        if key != self.head or not self.head_text:
+            self.head, self.head_text = key, render(head, False)
+        return self.head_text
+
+
+@dataclass
+class Windowed:
+    """A profile's switch and statistics for windowed rendering."""
+
+    drops_reasoning: bool = False
+    audit_every: int = 64
+    broken: str = ""
+    windowed: int = 0
+    full: int = 0
+    _gen: str | None = None
+
+    def gen_suffix(self, render: Render, head: Dicts) -> str | None:
+        """The generation prompt the template appends (the same for every conversation here)."""
+        if self._gen is None:
+            try:
+                bare, gen = render(head, False), render(head, True)
+            except Exception:  # a head this template refuses alone: try with the next one
+                return None
+            if not gen.startswith(bare):
+                return None
+            self._gen = gen[len(bare):]
+        return self._gen
+
+
+def _reasoning(d: Mapping[str, Any]) -> bool:
+    content = d.get("content")
+    return bool(d.get("reasoning_content") or d.get("thinking")) or (
+        isinstance(content, str) and "</think>" in content)
+
+
+def _common(a: Sequence[Any], b: Sequence[Any]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] is not b[i] and a[i] != b[i]:
+            return i
+    return n
+
+
+def _head(dicts: Dicts, at: int) -> Dicts:
+    """The system message (if first) and the closest user message before ``at``."""
+    head = [dicts[0]] if dicts and dicts[0].get("role") == "system" and at > 0 else []
+    user = next((i for i in range(at - 1, len(head) - 1, -1) if dicts[i].get("role") == "user"), None)
+    return head + [dicts[user]] if user is not None else head
+
+
+def _tail_text(render: Render, memo: RenderMemo, head: Dicts, part: Dicts, gen: bool) -> str | None:
+    """``part`` rendered after ``head``, without the head's own text; None where the template is
+    not additive there (or refuses the shortened conversation)."""
+    try:
+        bare = memo.bare(render, head)
+        text = render(head + part, gen)
+    except Exception:
+        return None
+    return text[len(bare):] if text.startswith(bare) else None
+
+
+def _starts(dicts: Dicts, below: int) -> list[int]:
+    """Candidate anchors below ``below``, newest first: messages that open a turn (not a tool
+    result, which some templates group with the one before)."""
+    return [i for i in range(below - 1, 0, -1) if dicts[i].get("role") not in ("tool", "system")][:3]
+
+
+def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, render: Render) -> None:
+    """After a full render, find and check an anchor a few messages back for the next turn."""
+    if len(dicts) < 2:
+        return
+    gen = state.gen_suffix(render, _head(dicts, 1))
+    if gen is None or not memo.text.endswith(gen):
+        return
+    stop = len(memo.text) - len(gen)
+    memo.anchors[end] = stop
+    for at in _starts(dicts, end):
+        tail = _tail_text(render, memo, _head(dicts, at), dicts[at:end], False)
+        if tail is not None and memo.text[:stop].endswith(tail):
+            memo.anchors[at] = stop - len(tail)
+            return
+
+
+def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
+           render_fn: Render, count: Callable[[str], int], after: Callable[[str, int], int]
+           ) -> tuple[int, str]:
+    """The exact count and text of ``dicts`` rendered with the generation prompt."""
+    got = None if state.broken else _windowed(state, memo, dicts, tools, render_fn, after)
+    memo.builds += 1
+    if got is not None:
+        state.windowed += 1
+        total, text, anchors = got
+        if memo.builds % state.audit_every == 0:
+            full = render_fn(dicts, True)
+            if full != text or count(full) != total:
+                state.broken = "a windowed render differed from the full render: full renders from now on"
+                log.warning("budgeter: %s", state.broken)
+                got = None
+    if got is None:
+        state.full += 1
+        text = render_fn(dicts, True)
+        total, anchors = count(text), {}
+    memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
+    if got is None and not state.broken:
+        _anchor_for(state, memo, dicts, len(dicts), render_fn)
+    return total, text
+
+
+def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
+              render_fn: Render, after: Callable[[str, int], int]) -> tuple[int, str, dict[int, int]] | None:
+    if not memo.anchors or (memo.tools is not tools and memo.tools != tools):
+        return None
+    same = _common(memo.dicts, dicts)
+    ends = [i for i in memo.anchors if i <= same]
+    if not ends:
+        return None
+    end = max(ends)
+    starts = [i for i in memo.anchors if i < end]
+    if not starts:
+        return None
+    at = max(starts)
+    if state.drops_reasoning and any(_reasoning(d) for d in dicts[:at]):
+        return None
+    head = _head(dicts, at)
+    over = memo.text[memo.anchors[at]:memo.anchors[end]]
+    whole = _tail_text(render_fn, memo, head, dicts[at:], True)
+    gen = state.gen_suffix(render_fn, head)
+    if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
+        return None
+    cut = memo.anchors[at]
+    text = memo.text[:cut] + whole
+    total = memo.total - after(memo.text, cut) + after(text, cut)
+    anchors = {i: p for i, p in memo.anchors.items() if i <= at}
+    anchors[end] = cut + len(over)
+    anchors[len(dicts)] = len(text) - len(gen)
+    return total, text, anchors

@@ -1,0 +1,117 @@
+"""Windowed rendering: a prompt that extends the previous one renders only its tail, and the count
+and text it reports are those of the full render on every build (hypothesis), or it renders in
+full where a template makes the window unsafe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from budgeter.core.engine import Session
+from budgeter.core.messages import Message, ToolCall
+from budgeter.core.policy import Policy
+from budgeter.errors import PinnedOverBudget
+from budgeter.tokenizers.registry import resolve
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+@st.composite
+def units(draw, n: int) -> list[Message]:
+    """One turn: an assistant call (maybe two, maybe with reasoning) and its results, a plain
+    answer, or a user message."""
+    kind = draw(st.sampled_from(["call", "call", "call", "two", "answer", "user", "think"]))
+    text = draw(st.text(alphabet="abc xyz\n{}\"上🙂", min_size=0, max_size=40))
+    reasoning = draw(st.sampled_from(["", "", "let me think"]))
+    if kind == "user":
+        return [Message("user", f"follow up {text}")]
+    if kind == "answer":
+        return [Message("assistant", f"done {text}", reasoning=reasoning or None)]
+    if kind == "think":
+        return [Message("assistant", f"<think>\nplan {text}\n</think>\n\nok")]
+    calls = [ToolCall(f"c{n}_{k}", "read_file", json.dumps({"path": f"a{k}.py"})) for k in range(1 + (kind == "two"))]
+    return [Message("assistant", text, tool_calls=tuple(calls), reasoning=reasoning or None),
+            *[Message("tool", f"result {k} {text}" * draw(st.integers(1, 30)), tool_call_id=c.id)
+              for k, c in enumerate(calls)]]
+
+
+@st.composite
+def conversations(draw) -> list[list[Message]]:
+    head = [Message("system", "You are careful."), Message("user", "Build it.")]
+    return [head, *[draw(units(n)) for n in range(draw(st.integers(3, 14)))]]
+
+
+def _replay(counter, turns: list[list[Message]], window: int) -> None:
+    counter.windowed.audit_every = 10**9  # no audit: a wrong window must show here, not be repaired
+    session = Session(counter, policy=Policy(window=window, reserve=256), tools=TOOLS)
+    for turn in turns:
+        session.append(turn)
+        try:
+            result = session.build()
+        except PinnedOverBudget:  # the newest turns alone exceed a tiny window: nothing to compare
+            return
+        full, text = counter.count_rendered(list(result.messages), TOOLS)
+        assert (result.tokens, session._memo.text) == (full, text)
+    assert not counter.windowed.broken
+
+
+PROFILES = ["qwen3.6", "qwen2.5"]
+
+
+@pytest.fixture(scope="module", params=PROFILES + ["chatml", "gemma3", "shared:qwen3", "shared:llama3_1"])
+def counter(request, tiny_bpe_path, tmp_path_factory):
+    if request.param in PROFILES:
+        return resolve(request.param)
+    if request.param.startswith("shared:"):
+        from tests.conftest import shared_tokenizer
+
+        return resolve(shared_tokenizer(request.param.removeprefix("shared:")))
+    folder = tmp_path_factory.mktemp(request.param)
+    shutil.copy(tiny_bpe_path, folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>"}))
+    return resolve(str(folder), chat_format=request.param)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(conversations(), st.sampled_from([1200, 100_000]))
+def test_windowed_count_and_text_equal_the_full_render(counter, turns, window):
+    _replay(counter, turns, window)
+
+
+def test_most_turns_of_an_agent_session_render_only_a_window(counter):
+    from budgeter.core.messages import from_openai
+    from tests.bench.bench_service import turns as split
+    from tests.bench.sessions import make_session
+
+    body = make_session(2, chars=120_000)
+    before = counter.windowed.windowed, counter.windowed.full
+    session = Session(counter, policy=Policy(), tools=body["tools"])
+    for turn in split(body["messages"]):
+        session.append([from_openai(m) for m in turn])
+        result = session.build()
+        assert result.tokens == counter.count_prompt(list(result.messages), body["tools"])
+    windowed, full = counter.windowed.windowed - before[0], counter.windowed.full - before[1]
+    assert windowed > 4 * full, (windowed, full)
+
+
+def test_a_template_that_numbers_messages_stays_exact(tiny_bpe_path, tmp_path):
+    """A window renders ``loop.index`` from its own start: the overlap check sees that the numbers
+    differ from the previous text and renders in full (a window is kept only where its numbers
+    happen to agree); every count and text equals the full render's."""
+    shutil.copy(tiny_bpe_path, tmp_path / "tokenizer.json")
+    template = "{% for m in messages %}#{{ loop.index }} {{ m.role }}: {{ m.content }}\n{% endfor %}" \
+               "{% if add_generation_prompt %}#next assistant:{% endif %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    counter = resolve(str(tmp_path))
+    turns = [[Message("system", "s"), Message("user", "u")]] + [
+        [Message("assistant", f"a{i}", tool_calls=(ToolCall(f"c{i}", "read_file", "{}"),)),
+         Message("tool", f"r{i}", tool_call_id=f"c{i}")] for i in range(6)]
+    _replay(counter, turns, 100_000)
+    assert counter.windowed.full > counter.windowed.windowed
