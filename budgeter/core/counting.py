@@ -179,8 +179,12 @@ class TemplateCounter:
     def export_cost(self, message: Message) -> tuple[int, list[int]]:
         """The message's cost and the counts of its pieces, to store beside it so that another
         replica can ``import_cost`` them instead of tokenizing the message again."""
-        text = self._isolated_text(message)
-        return self.message_cost(message), self.pieces.piece_counts(text) if text is not None else []
+        text = self._isolated_text(message)  # rendered once, for the cost and the piece counts
+        if text is None:
+            return self.message_cost(message), []
+        if message not in self._costs:
+            self._costs[message] = self.pieces.count(text)
+        return self._costs[message], self.pieces.piece_counts(text)
 
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
         if message in self._costs:  # counted here already (this replica appended it): nothing to learn

@@ -184,8 +184,9 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
         return None
     cut = memo.anchors[at]
     text = memo.text[:cut] + whole
-    total = memo.total - after(memo.text, cut) + after(text, cut)
+    same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
+    total = memo.total - after(memo.text, same) + after(text, same)
     anchors = {i: p for i, p in memo.anchors.items() if i <= at}
-    anchors[end] = cut + len(over)
+    anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
     return total, text, anchors

