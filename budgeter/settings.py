@@ -47,7 +47,10 @@ class Settings(BaseSettings):
     """Profiles loaded at start-up (the default profile always is)."""
     metrics_port: int = Field(9464, ge=0, le=65535)
     """Prometheus /metrics on its own port; 0 turns it off."""
-    max_workers: int = Field(16, ge=1)
+    max_workers: int = Field(4, ge=1)
+    """Threads serving RPCs. The engine work of one profile runs one call at a time (and Python's
+    GIL serializes the rest), so more threads only add switching: on two cores, 4 served 1.4x the
+    turns/s of 16 (README, load table). Raise it where the store is slow to answer."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
     max_messages_per_append: int = Field(1000, ge=1)
     max_sessions: int = Field(100_000, ge=1)

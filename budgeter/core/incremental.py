@@ -32,6 +32,9 @@ from typing import Any
 
 log = logging.getLogger("budgeter.counting")
 
+KEEP = 64
+"""Anchors kept at or before a window's start (a change some turns back still finds one), so that
+the list stays short in a long session that never compacts."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
@@ -47,14 +50,13 @@ class RenderMemo:
     total: int = 0
     anchors: dict[int, int] = field(default_factory=dict)
     builds: int = 0
-    head: tuple[int, ...] = ()
-    head_text: str = ""
-    """The last head's render (ids of its dicts): heads rarely change between turns."""
+    head: Dicts = field(default_factory=list)
+    head_text: str | None = None
+    """The last head and its render: heads rarely change between turns."""
 
     def bare(self, render: Render, head: Dicts) -> str:
-        key = tuple(map(id, head))
-        if key != self.head or not self.head_text:
-            self.head, self.head_text = key, render(head, False)
+        if self.head_text is None or head != self.head:
+            self.head, self.head_text = head, render(head, False)
         return self.head_text
 
 
@@ -124,7 +126,7 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
     """After a full render, find and check an anchor a few messages back for the next turn."""
     if len(dicts) < 2:
         return
-    gen = state.gen_suffix(render, _head(dicts, 1))
+    gen = state.gen_suffix(render, _head(dicts, end))
     if gen is None or not memo.text.endswith(gen):
         return
     stop = len(memo.text) - len(gen)
@@ -186,7 +188,7 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     text = memo.text[:cut] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
     total = memo.total - after(memo.text, same) + after(text, same)
-    anchors = {i: p for i, p in memo.anchors.items() if i <= at}
+    anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
     return total, text, anchors

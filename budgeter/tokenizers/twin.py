@@ -61,9 +61,14 @@ def _pattern(pre: Any) -> str | None:
 
 
 def _plain_bpe(model: Any) -> bool:
-    return (isinstance(model, dict) and model.get("type") == "BPE" and not model.get("byte_fallback")
-            and model.get("dropout") is None and not model.get("continuing_subword_prefix")
-            and not model.get("end_of_word_suffix"))
+    """A BPE without byte fallback, dropout or word prefixes (read off the model object, so that a
+    SentencePiece vocabulary is refused before its JSON is written out)."""
+    return (type(model).__name__ == "BPE" and not model.byte_fallback and model.dropout is None
+            and not model.continuing_subword_prefix and not model.end_of_word_suffix)
+
+
+def _state(part: Any) -> Any:
+    return json.loads(part.__getstate__()) if part is not None else None
 
 
 def _ranks(model: dict[str, Any]) -> dict[bytes, int] | None:
@@ -89,12 +94,13 @@ def twin(tok: Any) -> Counter | None:
         import tiktoken
     except ImportError:  # pragma: no cover - a core dependency
         return None
-    spec = json.loads(tok.to_str())
-    model, normalizer = spec.get("model"), spec.get("normalizer")
-    regex = _pattern(spec.get("pre_tokenizer"))
-    if regex is None or not _plain_bpe(model) or normalizer not in (None, {"type": "NFC"}):
+    if not _plain_bpe(tok.model):
         return None
-    ranks = _ranks(model)
+    normalizer = _state(tok.normalizer)
+    regex = _pattern(_state(tok.pre_tokenizer))
+    if regex is None or normalizer not in (None, {"type": "NFC"}):
+        return None
+    ranks = _ranks(_state(tok.model))
     if ranks is None:
         return None
     try:

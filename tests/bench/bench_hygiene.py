@@ -12,7 +12,11 @@ required", then the write that works; fits from start to end). Per tokenizer it 
   as a share of the failed-call argument characters in the history at that turn, summed over the
   replay (target <= 2%), and the largest share of a single turn (a short failed command line, which
   no stub can shorten, is 100% of a history that holds only it);
-- the share of turns whose prompt extends the previous one (target >= 90%);
+- the share of turns whose prompt extends the previous one (target >= 90%), and how many of the
+  others had to change: a failure the model answered since the previous prompt collapses (the
+  issue's own rule: a failed payload stays verbatim only until the model has answered it), or the
+  prompt was over budget and compacted. "extends, where free" is the share among the remaining
+  turns, where nothing forced a change (100% means no needless rewrite);
 - tokens the server must read again (after ``cache_break_at``) against tokens appended since the
   previous prompt, summed over the replay (target <= 1.5x);
 - user messages kept, and the share of elided payloads whose handle is in the prompt;
@@ -68,13 +72,26 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
     log = session.log
     present_sum = history_sum = 0
     shares, extends, reread, appended, kept, shown, checked = [], [], 0, 0, [], [], [0, 0]
+    forced, free = [0, 0], []
+    answered_before: set[str] = set()
+    previous: tuple[Any, ...] = ()
     for n, turn in enumerate(turns(from_openai_list(body["messages"]))):
         session.append(turn)
         appended += sum(counter.message_cost(m) for m in turn)
         r = session.build()
+        answered = {log.call(ref).id for refs in log.failures.values() for ref in refs if log.answered(ref)}
         if n:
             extends.append(r.extends_previous)
             reread += r.reread_tokens
+            collapsed = any(c.id in answered - answered_before and m not in r.messages
+                            for m in previous for c in m.tool_calls)
+            if r.compacted:
+                forced[1] += 1
+            elif collapsed:
+                forced[0] += 1
+            else:
+                free.append(r.extends_previous)
+        answered_before, previous = answered, r.messages
         failed = {log.call(ref).id: ref for refs in log.failures.values() for ref in refs
                   if log.result_of(log.call(ref).id) is not None}
         history = sum(len(log.messages[a].tool_calls[b].arguments) for a, b in failed.values())
@@ -94,6 +111,7 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
             checked[1] += check(r) == r.tokens
     return {"failed_share": present_sum / max(1, history_sum), "failed_max": max(shares, default=0.0),
             "extends": sum(extends) / max(1, len(extends)), "reread": reread / max(1, appended),
+            "collapse_turns": forced[0], "compact_turns": forced[1], "free": sum(free) / max(1, len(free)),
             "users": min(kept, default=1.0), "shown": statistics.mean(shown) if shown else 1.0,
             "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1}
 
@@ -127,9 +145,10 @@ def main() -> None:
     sessions = [("five failed writes (fits)", five_failures())]
     sessions += [(f"coding {c:,} chars", make_session(seed, chars=c)) for seed, c in enumerate(a.chars)]
     print(f"window {a.window}, budget {policy.budget}")
-    print("| tokenizer | session | turns | failed args left | extends previous | re-read / appended "
-          "| user msgs kept | handles shown | exact |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| tokenizer | session | turns | failed args left | extends previous | changes forced (answered "
+          "failure / over budget) | extends, where free | re-read / appended | user msgs kept | handles shown "
+          "| exact |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in a.tokenizer or ["qwen3.6"]:
         counter = resolve(spec)
         check = transformers_check(a.check_exact) if a.check_exact and spec == a.check_exact else None
@@ -139,7 +158,8 @@ def main() -> None:
             exact = f"{f['exact']:.0f}/{f['checked']:.0f}" if f["checked"] else "-"
             print(f"| {counter.name} | {label} | {f['turns']:.0f} "
                   f"| {f['failed_share']:.2%} (max {f['failed_max']:.1%}) "
-                  f"| {f['extends']:.0%} | {f['reread']:.2f}x | {f['users']:.0%} | {f['shown']:.0%} | {exact} |")
+                  f"| {f['extends']:.0%} | {f['collapse_turns']:.0f} / {f['compact_turns']:.0f} | {f['free']:.0%} "
+                  f"| {f['reread']:.2f}x | {f['users']:.0%} | {f['shown']:.0%} | {exact} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Load: N concurrent agent sessions, turn by turn (append, then build), through gRPC.
 
-    python -m tests.bench.bench_load [--sessions 64] [--chars 60000] [--setups sqlite,redis1,redis2]
+    python -m tests.bench.bench_load [--sessions 64] [--chars 60000] [--setups sqlite,redis1,redis2] [--one-call]
     python -m tests.bench.bench_load --growth       # per-turn cost against history length
 
 Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
@@ -65,7 +65,8 @@ def round_trips(metrics_port: int) -> float:
                 if line.startswith("budgeter_store_round_trips "))
 
 
-def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int) -> None:
+def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int,
+              one_call: bool = False) -> None:
     redis_server = None
     store_args: list[str] = []
     tmp = tempfile.mkdtemp(prefix="budgeter-load-")
@@ -92,9 +93,13 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
             session = client.create_session(tools=bodies[k]["tools"], window=window)
             for turn in turns(bodies[k]["messages"]):
                 t0 = time.perf_counter()
-                session.append(turn)
-                t1 = time.perf_counter()
-                prompt = session.prompt()
+                if one_call:  # append and build in one BuildPrompt call
+                    t1 = t0
+                    prompt = session.prompt(append=turn)
+                else:
+                    session.append(turn)
+                    t1 = time.perf_counter()
+                    prompt = session.prompt()
                 t2 = time.perf_counter()
                 assert prompt.tokens <= prompt.budget
                 with lock:
@@ -109,8 +114,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
         rss = sum(rss_mb(p) - r for p, r in zip(pids, rss0, strict=True))
         print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
-              f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s")
-        for k in ("append", "build"):
+              f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else ""))
+        for k in ("build",) if one_call else ("append", "build"):
             v = times[k]
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
                   f"max {max(v):7.2f} ms")
@@ -141,6 +146,11 @@ def growth(points: list[int]) -> None:
     counter = resolve("qwen3.6")
     tok = counter.pieces.tokenizer
     langchain(counter, make_session(0, chars=5_000), Policy(), last=1)  # imports and warm-up
+    warm = make_session(1, chars=30_000)  # jsonschema's first import (~75 ms) is not a 10K history's cost
+    warm_session = Session(counter, policy=Policy(), tools=warm["tools"])
+    for turn in turns(warm["messages"]):
+        warm_session.append(from_openai_list(turn))
+        warm_session.build()
     print("history chars | budgeter append+build p50 | naive re-tokenize | LangChain approx (over budget) "
           "| LangChain exact")
     for chars in points:
@@ -178,13 +188,14 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--setups", default="sqlite,redis1,redis2")
     ap.add_argument("--growth", action="store_true")
+    ap.add_argument("--one-call", action="store_true", help="each turn is one prompt(append=...) call")
     args = ap.parse_args()
     if args.growth:
         growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
         return
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     for name in args.setups.split(","):
-        run_setup(name, bodies, concurrency=args.concurrency, window=args.window)
+        run_setup(name, bodies, concurrency=args.concurrency, window=args.window, one_call=args.one_call)
 
 
 if __name__ == "__main__":
