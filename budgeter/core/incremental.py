@@ -32,6 +32,8 @@ from typing import Any
 
 log = logging.getLogger("budgeter.counting")
 
+MIN_MESSAGES = 16
+"""Shorter conversations render whole: a window and its checks would cost about as much."""
 KEEP = 64
 """Anchors kept at or before a window's start (a change some turns back still finds one), so that
 the list stays short in a long session that never compacts."""
@@ -142,7 +144,8 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
            render_fn: Render, count: Callable[[str], int], after: Callable[[str, int], int]
            ) -> tuple[int, str]:
     """The exact count and text of ``dicts`` rendered with the generation prompt."""
-    got = None if state.broken else _windowed(state, memo, dicts, tools, render_fn, after)
+    worth = len(dicts) >= MIN_MESSAGES and not state.broken
+    got = _windowed(state, memo, dicts, tools, render_fn, after) if worth else None
     memo.builds += 1
     if got is not None:
         state.windowed += 1
@@ -158,7 +161,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
-    if got is None and not state.broken:
+    if got is None and worth:
         _anchor_for(state, memo, dicts, len(dicts), render_fn)
     return total, text
 
