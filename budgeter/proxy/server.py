@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -17,7 +16,7 @@ import uvicorn
 
 from budgeter.errors import BudgeterError
 from budgeter.proxy.app import create_app
-from budgeter.service.profiles import Profiles
+from budgeter.service.profiles import Profiles, settle
 from budgeter.service.sessions import Limits, Sessions
 from budgeter.settings import Settings
 from budgeter.store import open_store
@@ -114,7 +113,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     seconds."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
     sessions = open_sessions(settings)
-    gc.freeze()  # the loaded tokenizer's objects leave the collector's generations: shorter full collections
+    settle(sessions.profiles, [settings.default_tokenizer])
     try:
         sock = _bind(settings)
         port = sock.getsockname()[1]

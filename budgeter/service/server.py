@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from budgeter.errors import BudgeterError, InvalidInput, StoreUnavailable
 from budgeter.service.auth import Auth
 from budgeter.service.metrics import Metrics
-from budgeter.service.profiles import Profiles
+from budgeter.service.profiles import Profiles, settle
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.service.sessions import Limits, Sessions
 from budgeter.settings import Settings, redacted
@@ -256,6 +256,7 @@ def _watch_store(server: Server, settings: Settings) -> None:
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; in-flight calls get ``settings.grace`` seconds."""
     server = create_server(settings)
+    settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
     log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
              server.sessions.store.name, server.metrics_port or "off")
     done = threading.Event()

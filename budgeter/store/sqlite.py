@@ -2,10 +2,15 @@
 
 One connection guarded by a lock: SQLite serialises writers anyway, and each append is one
 ``BEGIN IMMEDIATE`` transaction, so a crash leaves either the whole batch or none of it.
+
+Checkpoints (copying the write-ahead log into the database, with an fsync) run on a thread of
+their own every ``checkpoint_interval`` seconds, not inside a commit: SQLite's automatic one ran
+in whichever commit crossed 1,000 pages and made it take 5-18 ms here instead of ~0.03 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -52,7 +57,8 @@ COLUMNS = "id, incarnation, config, created, ttl, expires, version"
 class SQLiteStore:
     name = "sqlite"
 
-    def __init__(self, path: str | Path, *, idempotency_ttl: float = 86_400.0) -> None:
+    def __init__(self, path: str | Path, *, idempotency_ttl: float = 86_400.0,
+                 checkpoint_interval: float = 1.0) -> None:
         self.path = Path(path)
         self._idem_ttl = idempotency_ttl
         try:
@@ -61,11 +67,31 @@ class SQLiteStore:
                                        isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it
             self._db.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open SQLite store at {self.path}: {exc}",
                                    metadata={"store": "sqlite", "path": str(self.path)}) from exc
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoints, args=(checkpoint_interval,),
+                                              name="budgeter-sqlite-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoints(self, interval: float) -> None:
+        """PASSIVE checkpoints on a connection of this thread's own: writers never wait for them."""
+        try:
+            db = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None)
+        except sqlite3.Error:
+            return
+        try:
+            while not self._closed.wait(interval):
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:  # busy or gone: the next round tries again
+                    continue
+        finally:
+            db.close()
 
     @contextmanager
     def _tx(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
@@ -201,5 +227,9 @@ class SQLiteStore:
             db.execute("SELECT 1")
 
     def close(self) -> None:
+        self._closed.set()
+        self._checkpointer.join(5)
         with self._lock:
+            with contextlib.suppress(sqlite3.Error):  # leave one self-contained file
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
