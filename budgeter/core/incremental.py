@@ -1,4 +1,4 @@
-"""Render only the tail of a prompt that extends the previous one, and prove it each time.
+"""Render only the tail of a prompt that extends the previous one, checked each time.
 
 A chat template renders the whole conversation on every call; on a 32K-token prompt that is most
 of a build's time, although most turns only append. ``render`` keeps, per session, the previous
