@@ -120,7 +120,11 @@ class TemplateCounter:
         self.adapter = adapter
         self.notes = tuple(notes)
         self.windowed = incremental.Windowed(drops_reasoning=drops_reasoning)
-        """Renders only the tail of a prompt that extends the session's previous one (proven each time)."""
+        """Renders only the tail of a prompt that extends the session's previous one (checked each time)."""
+        source = getattr(fmt, "source", "") or ""
+        if "strftime_now" in source:
+            self.windowed.off = "the template reads the clock (strftime_now): every build renders whole"
+        self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
 
@@ -160,7 +164,7 @@ class TemplateCounter:
             return self.format.render(part, listed, add_generation_prompt=gen)
 
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
-                                  self.pieces.tokens_after)
+                                  self.pieces.tokens_after, stamp=tuple(f() for f in self._dated))
 
     def tokens_after(self, text: str, chars: int) -> int:
         return self.pieces.tokens_after(text, chars)

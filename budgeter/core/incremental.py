@@ -20,7 +20,9 @@ It is taken only when it is checked on the spot:
 
 Otherwise the whole conversation is rendered, and an anchor for the next turn is found (and
 checked) the same way. ``audit_every`` builds also render in full and compare; a difference
-turns the window off for the profile for good (``Windowed.broken``).
+turns the window off for the profile for good (``Windowed.off``). A template that reads the date
+renders whole when the date changes (it sits before any window); one that reads the clock
+(``strftime_now``) always renders whole.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class RenderMemo:
     total: int = 0
     anchors: dict[int, int] = field(default_factory=dict)
     builds: int = 0
+    stamp: tuple[Any, ...] = ()
+    """The values of the template's date variables when ``text`` was rendered."""
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
@@ -68,7 +72,8 @@ class Windowed:
 
     drops_reasoning: bool = False
     audit_every: int = 64
-    broken: str = ""
+    off: str = ""
+    """Why this profile renders every build whole ('' while windows are on)."""
     windowed: int = 0
     full: int = 0
     _gen: str | None = None
@@ -141,11 +146,13 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
 
 
 def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
-           render_fn: Render, count: Callable[[str], int], after: Callable[[str, int], int]
-           ) -> tuple[int, str]:
-    """The exact count and text of ``dicts`` rendered with the generation prompt."""
-    worth = len(dicts) >= MIN_MESSAGES and not state.broken
-    got = _windowed(state, memo, dicts, tools, render_fn, after) if worth else None
+           render_fn: Render, count: Callable[[str], int], after: Callable[[str, int], int], *,
+           stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
+    """The exact count and text of ``dicts`` rendered with the generation prompt. ``stamp``: the
+    values of the template's date variables now (a new day renders whole: the date sits in the
+    text before any window)."""
+    worth = len(dicts) >= MIN_MESSAGES and not state.off
+    got = _windowed(state, memo, dicts, tools, render_fn, after) if worth and memo.stamp == stamp else None
     memo.builds += 1
     if got is not None:
         state.windowed += 1
@@ -153,14 +160,15 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
             if full != text or count(full) != total:
-                state.broken = "a windowed render differed from the full render: full renders from now on"
-                log.warning("budgeter: %s", state.broken)
+                state.off = "a windowed render differed from the full render: full renders from now on"
+                log.warning("budgeter: %s", state.off)
                 got = None
     if got is None:
         state.full += 1
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
+    memo.stamp = stamp
     if got is None and worth:
         _anchor_for(state, memo, dicts, len(dicts), render_fn)
     return total, text

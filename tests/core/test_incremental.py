@@ -58,7 +58,7 @@ def _replay(counter, turns: list[list[Message]], window: int) -> None:
             return
         full, text = counter.count_rendered(list(result.messages), TOOLS)
         assert (result.tokens, session._memo.text) == (full, text)
-    assert not counter.windowed.broken
+    assert not counter.windowed.off
 
 
 PROFILES = ["qwen3.6", "qwen2.5"]
@@ -124,3 +124,32 @@ def test_a_template_that_numbers_messages_stays_exact(tiny_bpe_path, tmp_path):
          Message("tool", f"r{i}", tool_call_id=f"c{i}")] for i in range(6)]
     _replay(counter, turns, 100_000)
     assert counter.windowed.full > counter.windowed.windowed
+
+
+def test_a_new_day_renders_whole_and_a_clock_template_never_windows(tiny_bpe_path):
+    """The date a template reads sits before any window: when it changes, the build renders whole
+    (the count follows the new date); a template that reads the clock renders whole every time."""
+    from budgeter.core.counting import TemplateCounter
+    from budgeter.tokenizers.backends import HFTokenizer
+    from budgeter.tokenizers.formats import JinjaFormat
+
+    day = ["1 Jan 2026"]
+    template = ("{{ 'Today is ' + date_string + '\\n' }}{% for m in messages %}<|im_start|>{{ m.role }}\\n"
+                "{{ m.content }}<|im_end|>\\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\\n"
+                "{% endif %}")
+    fmt = JinjaFormat(template, name="dated", dynamic={"date_string": lambda: day[0]})
+    counter = TemplateCounter(fmt, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="dated")
+    session = Session(counter, policy=Policy(), tools=())
+    session.append([Message("system", "s"), Message("user", "u")])
+    for i in range(12):
+        session.append([Message("assistant", f"step {i}"), Message("user", f"next {i}")])
+        result = session.build()
+    assert counter.windowed.windowed > 0
+    day[0] = "22 November 2026"
+    session.append([Message("assistant", "later"), Message("user", "again")])
+    result = session.build()
+    full, text = counter.count_rendered(list(result.messages), ())
+    assert result.tokens == full and session._memo.text == text and "22 November 2026" in text
+
+    clock = JinjaFormat("{{ strftime_now('%H:%M:%S') }}" + template.split("}}", 1)[1], name="clock")
+    assert TemplateCounter(clock, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="clock").windowed.off
