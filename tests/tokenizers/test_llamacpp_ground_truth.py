@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from budgeter.core.engine import trim
+from budgeter.core.engine import Session, trim
+from budgeter.core.incremental import MIN_MESSAGES
 from budgeter.core.messages import to_openai
 from budgeter.core.policy import Policy
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.formats import template_text
 from tests import llamacpp
+from tests.bench.bench_engine import turns
 from tests.tokenizers.agent_sessions import session
 
 SMALL = Policy(window=6000, reserve=500)
@@ -80,6 +82,27 @@ def test_counts_equal_llama_server_before_and_after_compaction(served, seed):
         assert counter.render(prompt, tools) == text
         assert counter.count_prompt(prompt, tools) == usage == len(ids)
         assert counter.pieces.tokenizer.encode_full(text) == ids
+
+
+def test_turn_by_turn_builds_equal_llama_server(served):
+    """Built turn by turn, as an agent builds before every model turn (windowed renders once the
+    conversation is long enough, full renders when it compacts), every prompt's count equals the
+    server's render of it, tokenized by the server."""
+    counter, url = served
+    messages, tools = session(3, chars=40_000)
+    engine = Session(counter, policy=Policy(window=12_000, reserve=500), tools=tools)
+    windowed, checked = counter.windowed.windowed, 0
+    for turn in turns(messages):
+        engine.append(turn)
+        result = engine.build()
+        if len(engine.history) >= MIN_MESSAGES:
+            text = llamacpp.apply_template(url, [to_openai(m) for m in result.messages], tools)
+            assert result.tokens == len(llamacpp.tokenize(url, text, add_special=True))
+            checked += 1
+    assert checked > 10
+    # windows were used, except where an early reasoning block rules them out for templates that
+    # drop earlier reasoning (this session has one near its start)
+    assert counter.windowed.windowed > windowed or counter.windowed.drops_reasoning
 
 
 def test_no_tools_and_a_lone_user_turn(served):
