@@ -118,7 +118,7 @@ class TemplateCounter:
         self.format = fmt
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
-        self.notes = tuple(notes)
+        self._notes = tuple(notes)
         self.windowed = incremental.Windowed(drops_reasoning=drops_reasoning)
         """Renders only the tail of a prompt that extends the session's previous one (checked each time)."""
         source = getattr(fmt, "source", "") or ""
@@ -127,6 +127,12 @@ class TemplateCounter:
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the report says about this profile, and why windows are off if they are."""
+        off = self.windowed.off
+        return self._notes + (f"renders: every build whole ({off})",) if off else self._notes
 
     def _template_dict(self, m: Message) -> dict[str, Any]:
         d = self._dicts.get(m)

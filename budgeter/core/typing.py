@@ -51,8 +51,11 @@ class ChatFormat(Protocol):
 
 class PromptCounter(Protocol):
     name: str
-    notes: tuple[str, ...]
-    """What the report should say about this profile: fallbacks, count mode."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the report should say about this profile: fallbacks, count mode."""
+        ...
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         """Exact token count of the prompt the server would build for these messages."""

@@ -153,3 +153,15 @@ def test_a_new_day_renders_whole_and_a_clock_template_never_windows(tiny_bpe_pat
 
     clock = JinjaFormat("{{ strftime_now('%H:%M:%S') }}" + template.split("}}", 1)[1], name="clock")
     assert TemplateCounter(clock, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="clock").windowed.off
+
+
+def test_the_report_says_when_windows_are_off(tiny_bpe_path):
+    from budgeter.core.counting import TemplateCounter
+    from budgeter.tokenizers.backends import HFTokenizer
+    from budgeter.tokenizers.formats import JinjaFormat
+
+    clock = JinjaFormat("{{ strftime_now('%H') }}{% for m in messages %}{{ m.content }}{% endfor %}", name="clock")
+    counter = TemplateCounter(clock, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="clock")
+    session = Session(counter, policy=Policy(), tools=())
+    session.append([Message("user", "u")])
+    assert any("every build whole" in n and "strftime_now" in n for n in session.build().notes)
