@@ -152,6 +152,8 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     values of the template's date variables now (a new day renders whole: the date sits in the
     text before any window)."""
     worth = len(dicts) >= MIN_MESSAGES and not state.off
+    if memo.stamp != stamp:  # a new day: the head's text changed too
+        memo.head_text = None
     got = _windowed(state, memo, dicts, tools, render_fn, after) if worth and memo.stamp == stamp else None
     memo.builds += 1
     if got is not None:

@@ -140,16 +140,27 @@ def test_a_new_day_renders_whole_and_a_clock_template_never_windows(tiny_bpe_pat
     fmt = JinjaFormat(template, name="dated", dynamic={"date_string": lambda: day[0]})
     counter = TemplateCounter(fmt, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="dated")
     session = Session(counter, policy=Policy(), tools=())
-    session.append([Message("system", "s"), Message("user", "u")])
+    session.append([Message("system", "s"), Message("user", "u")])  # one user turn: the head stays
+
+    def turn(i: int) -> list[Message]:
+        return [Message("assistant", "", tool_calls=(ToolCall(f"c{i}", "read_file", "{}"),)),
+                Message("tool", f"result {i}", tool_call_id=f"c{i}")]
+
     for i in range(12):
-        session.append([Message("assistant", f"step {i}"), Message("user", f"next {i}")])
+        session.append(turn(i))
         result = session.build()
     assert counter.windowed.windowed > 0
     day[0] = "22 November 2026"
-    session.append([Message("assistant", "later"), Message("user", "again")])
+    session.append(turn(12))
     result = session.build()
     full, text = counter.count_rendered(list(result.messages), ())
     assert result.tokens == full and session._memo.text == text and "22 November 2026" in text
+    windowed = counter.windowed.windowed
+    for i in range(13, 16):  # and the next turns of the new day use windows again
+        session.append(turn(i))
+        result = session.build()
+        assert result.tokens == counter.count_prompt(list(result.messages), ())
+    assert counter.windowed.windowed > windowed
 
     clock = JinjaFormat("{{ strftime_now('%H:%M:%S') }}" + template.split("}}", 1)[1], name="clock")
     assert TemplateCounter(clock, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="clock").windowed.off
