@@ -181,20 +181,17 @@ class TemplateCounter:
     def message_cost(self, message: Message) -> int:
         cost = self._costs.get(message)
         if cost is None:
-            if len(self._costs) > 200_000:
-                self._costs.clear()
-            cost = self._costs[message] = self._isolated(message)
+            cost = self._remember(message, self._isolated_text(message))
         return cost
 
     def export_cost(self, message: Message) -> tuple[int, list[int]]:
         """The message's cost and the counts of its pieces, to store beside it so that another
         replica can ``import_cost`` them instead of tokenizing the message again."""
         text = self._isolated_text(message)  # rendered once, for the cost and the piece counts
-        if text is None:
-            return self.message_cost(message), []
-        if message not in self._costs:
-            self._costs[message] = self.pieces.count(text)
-        return self._costs[message], self.pieces.piece_counts(text)
+        cost = self._costs.get(message)
+        if cost is None:
+            cost = self._remember(message, text)
+        return cost, self.pieces.piece_counts(text) if text is not None else []
 
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
         if message in self._costs:  # counted here already (this replica appended it): nothing to learn
@@ -213,12 +210,18 @@ class TemplateCounter:
         except Exception:  # templates that reject a lone message (alternation rules)
             return None
 
-    def _isolated(self, m: Message) -> int:
-        text = self._isolated_text(m)
+    def _remember(self, m: Message, text: str | None) -> int:
+        """Cache the cost of ``m`` from its lone render ``text`` (None: the template refuses a lone
+        message, so its content and calls plus a turn's framing are counted)."""
+        if len(self._costs) > 200_000:
+            self._costs.clear()
         if text is None:
-            text = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
-            return self.pieces.count(text) + 8
-        return self.pieces.count(text)
+            raw = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
+            cost = self.pieces.count(raw) + 8
+        else:
+            cost = self.pieces.count(text)
+        self._costs[m] = cost
+        return cost
 
 
 def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,

@@ -62,6 +62,17 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text)
 
 
+def dumps_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON, through orjson where it can (a 100 KB prompt in ~0.1 ms instead of
+    ~1 ms); what orjson refuses (a lone surrogate, an integer past 64 bits) goes through ``dumps``."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value)
+        except TypeError:
+            pass
+    return dumps(value).encode()
+
+
 def dumps_text(value: Any, **kw: Any) -> str:
     """``json.dumps`` with ``ensure_ascii=False`` whose result is always encodable as UTF-8."""
     return escape_surrogates(json.dumps(value, ensure_ascii=False, **kw))

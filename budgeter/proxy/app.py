@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from budgeter.core.engine import BuildResult
-from budgeter.core.jsonargs import dumps, loads, orjson
+from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import UpstreamError, error_response, upstream_error
@@ -208,7 +208,7 @@ class Proxy:
         started = time.perf_counter()
         url = f"{self.url}/chat/completions"
         try:
-            request = self.client.build_request("POST", url, content=encode_json(call.body),
+            request = self.client.build_request("POST", url, content=dumps_bytes(call.body),
                                                 headers={**forward, "content-type": "application/json"})
             upstream = await self.client.send(request, stream=stream)
         except httpx.HTTPError as exc:
@@ -296,17 +296,6 @@ async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
     return body
-
-
-def encode_json(body: dict[str, Any]) -> bytes:
-    """The upstream body as compact UTF-8 JSON (what httpx's ``json=`` writes), through orjson where
-    it can: a 100 KB prompt in ~0.1 ms instead of ~1 ms."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(body)
-        except TypeError:  # a lone surrogate, an integer past 64 bits: the standard library writes those
-            pass
-    return dumps(body).encode()
 
 
 def forward_headers(http: HTTPRequest) -> dict[str, str]:

@@ -110,18 +110,13 @@ def twin(tok: Any) -> Counter | None:
         return None
     nfc = normalizer is not None
 
-    def count(text: str) -> int:
-        if nfc and not text.isascii():
-            text = unicodedata.normalize("NFC", text)
-        return len(encode(text))
-
     def ids(text: str) -> list[int]:
-        return encode(unicodedata.normalize("NFC", text) if nfc else text)
+        return encode(unicodedata.normalize("NFC", text) if nfc and not text.isascii() else text)
 
     for text in CORPUS:
         if ids(text) != tok.encode(text, add_special_tokens=False).ids:
             return None
-    return count
+    return lambda text: len(ids(text))
 
 
 CORPUS = (

@@ -31,7 +31,7 @@ class JinjaFormat:
             self._template = compile_(template)
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
-        _fast_dict_lookup(self._template.environment)
+        _skip_fixed_sandbox_checks(self._template.environment)
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
@@ -83,12 +83,13 @@ _STR_FORMAT = frozenset({"format", "format_map"})
 _BUILTIN = type("".strip)
 
 
-def _fast_dict_lookup(env: Any) -> None:
+def _skip_fixed_sandbox_checks(env: Any) -> None:
     """Templates read ``message.role`` on plain dicts and ``loop.first`` thousands of times per
-    render. For a dict and a name that is not a dict attribute, the sandbox's answer is always
-    ``obj[name]`` or undefined; for a public ``LoopContext`` attribute it is always the attribute
-    (it passes every safety check). Go there directly: same semantics as
-    ``ImmutableSandboxedEnvironment.getattr``, far fewer checks on long histories."""
+    render, and call ``content.strip()`` and macros as often. For a dict and a name that is not a
+    dict attribute, the sandbox's answer is always ``obj[name]`` or undefined; for a public
+    attribute of a loop or a namespace, or a public str method (not format/format_map), it is
+    always the attribute; calling a str method or a macro is always allowed. Go there directly:
+    same semantics as ``ImmutableSandboxedEnvironment``, far fewer checks on long histories."""
     if getattr(env, "_budgeter_fast", False):
         return
     sandboxed = env.getattr
