@@ -4,12 +4,19 @@ mistral-common encodes a request message by message and concatenates the token l
 (``InstructTokenizerBase.encode_instruct``). ``MistralCounter`` runs the same walk with the same
 flags, but memoizes each message's token count, so history is never re-tokenized. A test proves
 the total equals ``len(encode_chat_completion(request).tokens)``.
+
+A build also reuses what mistral-common made of each message on earlier builds: its converted
+message (per ``Message``), and the normalizer's output for each run of same-role messages (keyed
+by the converted messages it was given, which persist between builds). The request is still
+validated whole on every build. Every ``audit_every``-th count is also made the plain way and
+compared; a difference turns the reuse off for the profile.
 Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (deterministic).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import string
 from collections.abc import Sequence
 from importlib import resources
@@ -20,6 +27,7 @@ from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
 
 _ALPHABET = string.ascii_letters + string.digits
+log = logging.getLogger("budgeter.counting")
 
 
 def mistral_id(call_id: str) -> str:
@@ -54,16 +62,54 @@ def _memo_tools(validator: Any, checked: set[tuple[str, ...]]) -> Any:
     return validator
 
 
+class _RunMemo:
+    """The normalizer's output for a run of same-role messages, keyed by the identity of the
+    converted messages it was given (kept alive in the value, so an id is never reused while
+    cached). On only while ``on``: the plain path (``full_tokens``, the audit) normalizes afresh."""
+
+    def __init__(self, normalizer: Any, *, limit: int = 50_000) -> None:
+        self.on = True
+        self._runs: dict[tuple[Any, ...], tuple[list[Any], Any]] = {}
+        self._limit = limit
+        aggregate = normalizer._aggregate_role
+
+        def aggregate_role(messages: list[Any], role: Any, latest_call_ids: list[str]) -> Any:
+            if not self.on or not messages:
+                return aggregate(messages, role, latest_call_ids)
+            key = (role, tuple(latest_call_ids), *map(id, messages))
+            hit = self._runs.get(key)
+            if hit is None:
+                if len(self._runs) >= self._limit:
+                    self._runs.clear()
+                hit = self._runs[key] = (list(messages), aggregate(messages, role, latest_call_ids))
+            return hit[1]
+
+        normalizer._aggregate_role = aggregate_role
+
+
 class MistralCounter:
     def __init__(self, tokenizer: Any, *, name: str) -> None:
         self.name = name
-        self.notes: tuple[str, ...] = ("mistral-common request encoding (exact, memoized per message)",)
         self._tok = tokenizer
         self._memo: dict[tuple[Any, ...], int] = {}
+        self._same: dict[tuple[Any, ...], tuple[Any, int]] = {}
+        """(id of a normalized message, flags) -> (that message, its count): held, so ids stay unique."""
         self._costs: dict[Message, int] = {}
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
         _memo_tools(tokenizer._chat_completion_request_validator, self._checked)
+        self._converted: dict[Message, Any] = {}
+        self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
+        self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
+        self.audit_every = 64
+        self._counts = 0
+        self.off = ""
+        """Why builds no longer reuse mistral-common's earlier work ('' while they do)."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        note = "mistral-common request encoding (exact, memoized per message)"
+        return (note, f"renders: {self.off}") if self.off else (note,)
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
@@ -72,15 +118,44 @@ class MistralCounter:
         path = resources.files("mistral_common") / "data" / filename
         return cls(MistralTokenizer.from_file(str(path)), name=name)
 
-    def _instruct(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> Any:
+    def _instruct(self, messages: Sequence[Message], tools: Sequence[JSONDict], *, reuse: bool = False) -> Any:
+        """mistral-common's instruct request for the conversation. ``reuse``: built from the
+        messages converted and normalized on earlier builds (the same objects mistral-common
+        made then); otherwise afresh from the OpenAI form, as mistral-common's own entry does."""
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
+        self._runs.on = reuse
         try:
-            req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
+            if reuse:
+                req = ChatCompletionRequest(messages=[self._convert(m) for m in messages],
+                                            tools=self._convert_tools(tools))
+            else:
+                req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
             valid = self._validator(messages).validate_request(req)
             return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
         except Exception as exc:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
+        finally:
+            self._runs.on = False
+
+    def _convert(self, m: Message) -> Any:
+        got = self._converted.get(m)
+        if got is None:
+            from mistral_common.protocol.instruct.converters import convert_openai_messages
+
+            if len(self._converted) >= 200_000:
+                self._converted.clear()
+            got = self._converted[m] = convert_openai_messages([_request_dict(m)])[0]
+        return got
+
+    def _convert_tools(self, tools: Sequence[JSONDict]) -> list[Any] | None:
+        source, converted = self._tools
+        if source is not tools and list(source) != list(tools):
+            from mistral_common.protocol.instruct.converters import convert_openai_tools
+
+            converted = convert_openai_tools(list(tools)) if tools else None
+            self._tools = (tools, converted)
+        return converted
 
     def _validator(self, messages: Sequence[Message]) -> Any:
         """A conversation that ends with an assistant message (a transcript being profiled, or a
@@ -96,13 +171,28 @@ class MistralCounter:
         return self._finetuning
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
+        self._counts += 1
+        if self.off:
+            return self._count(self._instruct(messages, tools))
+        total = self._count(self._instruct(messages, tools, reuse=True), reuse=True)
+        if self._counts % self.audit_every == 0:
+            plain = self._count(self._instruct(messages, tools))
+            if plain != total:
+                self.off = "a count reusing earlier builds differed from mistral-common's own: reuse is off"
+                log.warning("budgeter: %s: %s (%d against %d)", self.name, self.off, total, plain)
+                return plain
+        return total
+
+    def _count(self, request: Any, *, reuse: bool = False) -> int:
+        """The request's token count, message by message. ``reuse``: the request's messages are
+        the objects earlier builds normalized, so a message seen before with the same flags is
+        looked up by identity instead of by its JSON."""
         from mistral_common.protocol.instruct.messages import (
             AssistantMessage,
             ToolMessage,
             UserMessage,
         )
 
-        request = self._instruct(messages, tools)
         it = self._tok.instruct_tokenizer
         first, last = it.find_first_last_user(request)
         total = len(it.start())
@@ -125,10 +215,20 @@ class MistralCounter:
             else:
                 flags = ()
                 fn = lambda m=msg: it.encode_system_message(m)[0]  # type: ignore[misc,assignment]  # noqa: E731
+            same = self._same.get((id(msg), flags)) if reuse else None
+            if same is not None and same[0] is msg:
+                total += same[1]
+                continue
             key = (type(msg).__name__, msg.model_dump_json(), flags)
             n = self._memo.get(key)
             if n is None:
+                if len(self._memo) >= 200_000:
+                    self._memo.clear()
                 n = self._memo[key] = len(fn() or ())
+            if reuse:
+                if len(self._same) >= 200_000:
+                    self._same.clear()
+                self._same[(id(msg), flags)] = (msg, n)
             total += n
         return total
 

@@ -7,6 +7,7 @@ import pytest
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import resolve
+from budgeter.tokenizers.mistral import MistralCounter
 from tests.bench.sessions import make_session
 
 
@@ -132,3 +133,34 @@ def test_gguf_file(tmp_path, qwen3_path):
     messages, tools = _body(seed=3, chars=20_000)
     assert resolve(str(tmp_path / "m.gguf")).count_prompt(messages, tools) == \
         resolve(qwen3_path).count_prompt(messages, tools)
+
+
+def test_mistral_reuse_equals_mistral_common_turn_by_turn():
+    """Builds that reuse earlier builds' conversions count what mistral-common's own encoding of
+    the whole request counts, turn by turn, with every count audited."""
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    counter.audit_every = 1
+    messages, tools = _body(seed=6, chars=60_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    for end in ends:
+        part = messages[:end]
+        assert counter.count_prompt(part, tools) == len(counter.full_tokens(part, tools))
+    dropped = [m for i, m in enumerate(messages[: ends[-1]]) if i == 0 or i > ends[-1] // 2]  # compaction-like
+    assert counter.count_prompt(dropped, tools) == len(counter.full_tokens(dropped, tools))
+    assert counter.off == "" and len(ends) > 10
+
+
+def test_mistral_audit_turns_reuse_off_on_a_difference():
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    messages, tools = _body(seed=7, chars=20_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    while messages[-1].role == "assistant":
+        messages.pop()
+    exact = len(counter.full_tokens(messages, tools))
+    counter.count_prompt(messages, tools)
+    counter._same.update({k: (m, n + 1) for k, (m, n) in counter._same.items()})  # a cache gone wrong
+    counter.audit_every = 1
+    assert counter.count_prompt(messages, tools) == exact
+    assert counter.off and any("reuse is off" in n for n in counter.notes)
+    assert counter.count_prompt(messages, tools) == exact
