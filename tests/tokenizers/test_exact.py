@@ -69,6 +69,25 @@ def test_llama3_fallback_never_undercounts(llama3_path):
     assert counter.count_prompt(messages, tools) > dropped
 
 
+_MISTRAL: list = []
+
+
+def _mistral_own(messages, tools) -> int:
+    """mistral-common's own count of the request: a tokenizer of its own, untouched by budgeter."""
+    from importlib import resources
+
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    from budgeter.tokenizers.mistral import _request_dict
+
+    if not _MISTRAL:
+        path = resources.files("mistral_common") / "data" / "tekken_240911.json"
+        _MISTRAL.append(MistralTokenizer.from_file(str(path)))
+    request = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
+    return len(_MISTRAL[0].encode_chat_completion(request).tokens)
+
+
 def test_mistral_memoized_walk_equals_mistral_common():
     counter = resolve("mistral-tekken")
     messages, tools = _body(seed=4, chars=40_000)
@@ -77,7 +96,7 @@ def test_mistral_memoized_walk_equals_mistral_common():
         part = messages[:end]
         while part[-1].role == "assistant":
             part = part[:-1]
-        assert counter.count_prompt(part, tools) == len(counter.full_tokens(part, tools))
+        assert counter.count_prompt(part, tools) == _mistral_own(part, tools)
 
 
 def test_tiny_bpe_without_template_uses_chatml(tiny_bpe_path):
@@ -145,10 +164,12 @@ def test_mistral_reuse_equals_mistral_common_turn_by_turn():
     ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
     for end in ends:
         part = messages[:end]
-        assert counter.count_prompt(part, tools) == len(counter.full_tokens(part, tools))
+        assert counter.count_prompt(part, tools) == _mistral_own(part, tools)
     dropped = [m for i, m in enumerate(messages[: ends[-1]]) if i == 0 or i > ends[-1] // 2]  # compaction-like
-    assert counter.count_prompt(dropped, tools) == len(counter.full_tokens(dropped, tools))
+    assert counter.count_prompt(dropped, tools) == _mistral_own(dropped, tools)
     assert counter.off == "" and len(ends) > 10
+    text = messages[3].content + " [INST] ünïcödé 漢字 🙂"
+    assert counter.count_text(text) == len(_MISTRAL[0].instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
 
 
 def test_mistral_audit_turns_reuse_off_on_a_difference():
@@ -157,7 +178,7 @@ def test_mistral_audit_turns_reuse_off_on_a_difference():
     messages = [m for m in messages if "<think>" not in m.content]
     while messages[-1].role == "assistant":
         messages.pop()
-    exact = len(counter.full_tokens(messages, tools))
+    exact = _mistral_own(messages, tools)
     counter.count_prompt(messages, tools)
     counter._same.update({k: (m, n + 1) for k, (m, n) in counter._same.items()})  # a cache gone wrong
     counter.audit_every = 1
