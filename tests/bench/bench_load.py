@@ -2,11 +2,14 @@
 
     python -m tests.bench.bench_load [--sessions 64] [--chars 60000] [--setups sqlite,redis1,redis2] [--one-call]
     python -m tests.bench.bench_load --growth       # per-turn cost against history length
+    python -m tests.bench.bench_load --setups redis2 --floor   # the same calls, no engine work
 
 Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
 a private redis-server with AOF (everysec). Reported: turns/s, p50/p99/max per RPC, server CPU
 per turn, Redis commands per turn, and memory per session (server RSS, Redis used_memory).
-``--growth`` compares, in-process, budgeter's per-turn cost with a naive counter that renders
+``--floor`` makes each turn a ``GetSession`` call (one store read, a small reply, no engine
+work): the turns/s that this machine, this load generator and gRPC allow before budgeter does
+anything. ``--growth`` compares, in-process, budgeter's per-turn cost with a naive counter that renders
 and tokenizes the whole history every turn, from 10K to 1M chars of history.
 """
 
@@ -66,7 +69,7 @@ def round_trips(metrics_port: int) -> float:
 
 
 def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int,
-              one_call: bool = False) -> None:
+              one_call: bool = False, floor: bool = False) -> None:
     redis_server = None
     store_args: list[str] = []
     tmp = tempfile.mkdtemp(prefix="budgeter-load-")
@@ -93,6 +96,11 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
             session = client.create_session(tools=bodies[k]["tools"], window=window)
             for turn in turns(bodies[k]["messages"]):
                 t0 = time.perf_counter()
+                if floor:  # what a call costs here without the engine
+                    client.get_session(session.id)
+                    with lock:
+                        times["build"].append((time.perf_counter() - t0) * 1000)
+                    continue
                 if one_call:  # append and build in one BuildPrompt call
                     t1 = t0
                     prompt = session.prompt(append=turn)
@@ -106,21 +114,30 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                     times["append"].append((t1 - t0) * 1000)
                     times["build"].append((t2 - t1) * 1000)
 
-        started = time.perf_counter()
+        redis_pid = redis_server.proc.pid if redis_server and redis_server.proc else None
+        redis_cpu0 = cpu_seconds(redis_pid) if redis_pid else 0.0
+        started, client_cpu0 = time.perf_counter(), time.process_time()
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(agent, range(len(bodies))))
         seconds = time.perf_counter() - started
+        client_cpu = time.process_time() - client_cpu0
+        redis_cpu = cpu_seconds(redis_pid) - redis_cpu0 if redis_pid else 0.0
         n = len(times["build"])
         cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
         rss = sum(rss_mb(p) - r for p, r in zip(pids, rss0, strict=True))
         print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
-              f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else ""))
-        for k in ("build",) if one_call else ("append", "build"):
+              f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else "")
+              + (" (floor: GetSession calls, no engine work)" if floor else ""))
+        for k in ("build",) if one_call or floor else ("append", "build"):
             v = times[k]
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
                   f"max {max(v):7.2f} ms")
         print(f"  server CPU {cpu / n * 1000:.2f} ms per turn; server RSS +{rss / len(bodies):.2f} MB "
               f"per session")
+        total = cpu + client_cpu + redis_cpu
+        print(f"  CPU per turn, all processes: {total / n * 1000:.2f} ms (servers {cpu / n * 1000:.2f}, load "
+              f"generator {client_cpu / n * 1000:.2f}, redis {redis_cpu / n * 1000:.2f}); {os.cpu_count()} cores "
+              f"allow at most {os.cpu_count() / total * n:.0f} turns/s at that cost")
         if redis_server and info0:
             info = redis_info(redis_server.url)
             trips = sum(round_trips(m) for m in metrics_ports) - trips0
@@ -189,13 +206,15 @@ def main() -> None:
     ap.add_argument("--setups", default="sqlite,redis1,redis2")
     ap.add_argument("--growth", action="store_true")
     ap.add_argument("--one-call", action="store_true", help="each turn is one prompt(append=...) call")
+    ap.add_argument("--floor", action="store_true", help="each turn is one GetSession call (no engine work)")
     args = ap.parse_args()
     if args.growth:
         growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
         return
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     for name in args.setups.split(","):
-        run_setup(name, bodies, concurrency=args.concurrency, window=args.window, one_call=args.one_call)
+        run_setup(name, bodies, concurrency=args.concurrency, window=args.window, one_call=args.one_call,
+                  floor=args.floor)
 
 
 if __name__ == "__main__":
