@@ -120,7 +120,7 @@ class Proxy:
             if upstream.status_code >= 400:
                 return passthrough(upstream, upstream.content, call.headers)
             try:
-                reply = Reply.of_body(upstream.json())
+                reply = Reply.of_body(loads(upstream.content))
             except ValueError:
                 return passthrough(upstream, upstream.content, call.headers)
             self._check_exact(call, reply)

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
 
 log = logging.getLogger("budgeter.proxy")
@@ -124,7 +125,7 @@ def parse_data(event: ServerSentEvent) -> Any:
     if event.data == "[DONE]":
         return None
     try:
-        return json.loads(event.data)
+        return loads(event.data)
     except (ValueError, RecursionError):
         return None  # not ours to judge: the client gets the bytes as they were
 
