@@ -7,10 +7,11 @@ upstream are not ours: their status and body are passed through unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.responses import JSONResponse
 
 from budgeter import errors as e
@@ -53,9 +54,15 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(body("internal error", type_="server_error", code="INTERNAL"), 500)
 
 
-def upstream_error(exc: httpx.HTTPError, url: str) -> UpstreamError:
-    """httpx's transport errors, translated where they enter."""
-    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+"""What the upstream client raises when the upstream cannot be reached or falls silent."""
+
+
+def upstream_error(exc: BaseException, url: str) -> UpstreamError:
+    """aiohttp's transport errors, translated where they enter: silent past the read timeout is
+    504, anything else (refused, reset, no connection in time) 502."""
+    connect = isinstance(exc, aiohttp.ConnectionTimeoutError)
+    if isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError) and not connect:
         return UpstreamError(f"the upstream {url} sent nothing for too long ({type(exc).__name__})",
                              reason="UPSTREAM_TIMEOUT", status=504)
     return UpstreamError(f"the upstream {url} is unreachable: {type(exc).__name__}: {exc}",

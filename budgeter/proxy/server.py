@@ -111,7 +111,6 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     """Run in the foreground until SIGTERM or Ctrl-C; in-flight requests get ``settings.grace``
     seconds."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request otherwise
     sessions = open_sessions(settings)
     settle(sessions.profiles, [settings.default_tokenizer])
     try:

@@ -131,17 +131,17 @@ def parse_data(event: ServerSentEvent) -> Any:
 
 
 class Tee:
-    """Iterate ``upstream``'s raw body; each chunk is given out unchanged, and a copy runs through
+    """Iterate the upstream's raw body chunks; each is given out unchanged, and a copy runs through
     httpx-sse's parser. ``on_event`` sees each parsed event before the bytes that completed it are
     given out (so a caller may decide to hold them, see ``recall``)."""
 
-    def __init__(self, upstream: httpx.Response, on_event: Callable[[ServerSentEvent], None]) -> None:
-        self.upstream = upstream
+    def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[ServerSentEvent], None]) -> None:
+        self.chunks = chunks
         self.on_event = on_event
         self._pending: list[bytes] = []
 
     async def _tap(self) -> AsyncIterator[bytes]:
-        async for chunk in self.upstream.aiter_raw():
+        async for chunk in self.chunks:
             self._pending.append(chunk)
             yield chunk
 
