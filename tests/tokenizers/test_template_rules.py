@@ -99,3 +99,19 @@ def test_llama31_published_template_equals_llama_server(tmp_path, llama3_path):
             llamacpp.chat_prompt_tokens(url, [to_openai(m) for m in messages], tools)
         assert refused.value.status == 400
     assert counter.count_prompt(messages, tools) > counter.count_prompt(single, tools)
+
+
+def test_tojson_memo_answers_only_for_the_same_object():
+    """``tojson`` answers a container it serialized before from a memo: the same text for the same
+    object, and a new object (even with the same shape) serialized afresh."""
+    fmt = JinjaFormat("{{ tools | tojson }}|{{ messages[0].content }}", name="probe")
+    user = [{"role": "user", "content": "q"}]
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    first = fmt.render(user, tools, add_generation_prompt=False)
+    assert fmt.render(user, tools, add_generation_prompt=False) == first
+    other = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}]
+    assert "write_file" in fmt.render(user, other, add_generation_prompt=False)
+    for _ in range(200):  # freed lists whose ids come back are never mistaken for ``tools``
+        fresh = [{"type": "function", "function": {"name": f"t{_}"}}]
+        assert f'"t{_}"' in fmt.render(user, fresh, add_generation_prompt=False)
+    assert fmt.render(user, tools, add_generation_prompt=False) == first

@@ -32,6 +32,7 @@ class JinjaFormat:
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _skip_fixed_sandbox_checks(self._template.environment)
+        _memo_tojson(self._template.environment)
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
@@ -139,6 +140,34 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
     env.getattr = getattr_
     env.call = call
     env._budgeter_fast = True
+
+
+def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
+    """``tojson`` of the same container again answers from a memo. The tool schemas and parsed
+    arguments a template serializes are the same objects on every build (the session's tools,
+    the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
+    the answer is the text made the first time. Keyed by identity, the object held so its id stays
+    its own; anything but a dict or list is serialized as before."""
+    tojson = env.filters.get("tojson")
+    if tojson is None or getattr(tojson, "_budgeter_memo", False):
+        return
+    memo: dict[tuple[Any, ...], tuple[Any, str]] = {}
+
+    def memo_tojson(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(x) not in (dict, list):
+            return tojson(x, *args, **kwargs)
+        key = (id(x), args, tuple(sorted(kwargs.items())))
+        hit = memo.get(key)
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        text = tojson(x, *args, **kwargs)
+        if len(memo) >= limit:
+            memo.clear()
+        memo[key] = (x, text)
+        return text
+
+    memo_tojson._budgeter_memo = True  # type: ignore[attr-defined]
+    env.filters["tojson"] = memo_tojson
 
 
 TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
