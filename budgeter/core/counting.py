@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from budgeter.core import incremental
-from budgeter.core.jsonargs import _SURROGATE
+from budgeter.core.jsonargs import _SURROGATE, has_surrogate
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
@@ -93,7 +93,7 @@ class PieceCounter:
         if len(self._cache) + len(texts) > self._max:
             for key in list(self._cache)[: len(self._cache) // 2]:
                 del self._cache[key]
-        encodable = [_SURROGATE.sub("\ufffd", t) if _SURROGATE.search(t) else t for t in texts]
+        encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
         for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
             self._cache[text] = n
         self.chars_tokenized += sum(map(len, texts))

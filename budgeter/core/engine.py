@@ -88,6 +88,7 @@ class Session:
         self._planned = 0
         self._last: tuple[Message, ...] = ()
         self._last_text = ""
+        self._last_handles: tuple[str, ...] = ()
         self._memo = RenderMemo()
 
     @property
@@ -131,14 +132,15 @@ class Session:
                 ctx: Context) -> BuildResult:
         messages = tuple(i.message for i in view)
         last = self._last
-        same = next((k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a != b),
+        same = next((k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a is not b and a != b),
                     min(len(last), len(messages)))
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        self._last, self._last_text = messages, ctx.text
+        handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
+        self._last, self._last_text, self._last_handles = messages, ctx.text, handles
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
-                           self.counter.notes, prompt_handles(messages), reuse)
+                           self.counter.notes, handles, reuse)
 
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         if not self._last:
@@ -164,8 +166,12 @@ def message_handles(m: Message) -> tuple[str, ...]:
     return found
 
 
-def prompt_handles(messages: Sequence[Message]) -> tuple[str, ...]:
-    return tuple(sorted({h for m in messages for h in message_handles(m)}))
+def prompt_handles(messages: Sequence[Message], known: Sequence[str] = ()) -> tuple[str, ...]:
+    """The handles in ``messages``, sorted, with ``known`` (those of the prompt they extend)."""
+    found = {h for m in messages for h in message_handles(m)}
+    if not found.difference(known):
+        return tuple(known)
+    return tuple(sorted(found.union(known)))
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),
