@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from budgeter.errors import InvalidMessage
@@ -37,6 +37,16 @@ class Message:
     reasoning: str | None = None
     finish_reason: str | None = None
     status: str | None = None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    """The hash, computed once: every build looks its messages up in several memos."""
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if not h:
+            h = hash((self.role, self.content, self.tool_calls, self.tool_call_id, self.name, self.reasoning,
+                      self.finish_reason, self.status)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def size(self) -> int:
