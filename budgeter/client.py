@@ -62,6 +62,8 @@ class Prompt:
     report: dict[str, Any]
     appended: dict[str, Any] | None = None
     """With ``prompt(append=...)``: the append's result, as ``append`` returns it."""
+    prompt_id: str = ""
+    """Pass this prompt as ``prompt(since=...)`` to receive only what the next one changes."""
 
     @property
     def body(self) -> dict[str, Any]:
@@ -209,9 +211,13 @@ class Client:
 
     @operation
     def prompt(self, session_id: str, *, append: Sequence[Mapping[str, Any]] = (),
-               request_id: str | None = None, **overrides: Any) -> Op[Prompt]:
-        """The prompt to send now. ``append``: messages to append first, in the same call."""
-        request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON)
+               request_id: str | None = None, since: Prompt | None = None, **overrides: Any) -> Op[Prompt]:
+        """The prompt to send now. ``append``: messages to append first, in the same call.
+        ``since``: the previous prompt of this session, when the caller still holds it unchanged;
+        the server then sends only the messages that changed, and the new prompt shares the
+        unchanged message dicts with it."""
+        request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON,
+                                        known_prompt=since.prompt_id if since is not None else "")
         if append:
             request.messages.extend(message_to_pb(from_openai(m, index=i)) for i, m in enumerate(append))
             request.request_id = request_id or uuid.uuid4().hex
@@ -220,8 +226,11 @@ class Client:
         r = (yield from self._rpc("BuildPrompt", request, retries=self.retries))
         body = loads(r.body_json)
         appended = append_from_pb(r.appended, _arguments(request.messages)) if append else None
-        return Prompt(body["messages"], body.get("tools", []), r.tokens, r.budget,
-                      r.extends_previous, r.prefix_changed_at, report_from_pb(r.report), appended)
+        messages, tools = body["messages"], body.get("tools", [])
+        if r.kept_messages and since is not None:  # the server sent what follows the kept messages
+            messages, tools = since.messages[:r.kept_messages] + messages, since.tools
+        return Prompt(messages, tools, r.tokens, r.budget, r.extends_previous, r.prefix_changed_at,
+                      report_from_pb(r.report), appended, r.prompt_id)
 
     @operation
     def payload(self, session_id: str, handle: str) -> Op[str]:

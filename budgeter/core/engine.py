@@ -50,6 +50,9 @@ class BuildResult:
     """Every handle that appears in the returned prompt (each resolves to its elided payload)."""
     cache_break_tokens: int = 0
     """Prompt tokens before the first change against the previous prompt: what a server can reuse."""
+    serial: int = 0
+    """This session's build count: the previous prompt is ``serial - 1``, and its first
+    ``prefix_changed_at`` messages are this prompt's first."""
 
     @property
     def reread_tokens(self) -> int:
@@ -89,6 +92,7 @@ class Session:
         self._last: tuple[Message, ...] = ()
         self._last_text = ""
         self._last_handles: tuple[str, ...] = ()
+        self.builds = 0
         self._memo = RenderMemo()
 
     @property
@@ -138,9 +142,10 @@ class Session:
         reuse = self._reusable_tokens(messages, same, ctx)
         handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
         self._last, self._last_text, self._last_handles = messages, ctx.text, handles
+        self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
-                           self.counter.notes, handles, reuse)
+                           self.counter.notes, handles, reuse, self.builds)
 
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         if not self._last:

@@ -93,8 +93,8 @@ class ProxySessions:
         else:
             raise EtagMismatch("the session changed while this request was being added; retry",
                                metadata={"session": line.id})
-        result, info = self.sessions.build(line.id, after=appended)
-        return Turn(line.id, result, info.etag, len(suffix), line.id != root)
+        built = self.sessions.build(line.id, after=appended)
+        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root)
 
     def _resolve(self, root: str, request: Request) -> _Line:
         sid = root

@@ -10,14 +10,13 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from budgeter.core.edits import Edit, EditPlan
-from budgeter.core.engine import BuildResult
 from budgeter.core.guards import CallVerdict
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
-from budgeter.service.model import CallInfo
+from budgeter.service.model import Built, CallInfo
 from budgeter.service.sessions import AppendResult, CountResult, SessionInfo, external_id
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.wire import (  # noqa: F401 - re-exported: the servicer converts through this module
@@ -120,15 +119,18 @@ def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
 
 
 def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
-    """``{"messages": [...], "tools": [...]}`` as JSON, joined from memoized message texts."""
+    """``{"messages": [...], "tools": [...]}`` as JSON, joined from memoized message texts (no
+    ``tools`` key when ``tools`` is empty)."""
     out = '{"messages": [' + ", ".join(_memo.text(m) for m in messages) + "]"
     if tools:
         out += ', "tools": ' + dumps_text(list(tools))
     return out + "}"
 
 
-def build_to_pb(result: BuildResult, info: SessionInfo, view: int = pb.PROMPT_VIEW_FULL
-                ) -> pb.BuildPromptResponse:
+def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPromptResponse:
+    """``built.kept`` > 0 (the caller holds the previous prompt): the JSON body carries only the
+    messages from there on, and no tools."""
+    result, info, kept = built.result, built.info, built.kept
     report = pb.BuildReport(
         tokens_before=result.tokens_before, tokens_after=result.tokens,
         fits=result.tokens <= result.budget, compacted=result.compacted,
@@ -143,10 +145,10 @@ def build_to_pb(result: BuildResult, info: SessionInfo, view: int = pb.PROMPT_VI
     text = view != pb.PROMPT_VIEW_TYPED
     return pb.BuildPromptResponse(
         messages=[message_to_pb(m) for m in result.messages] if typed else (),
-        body_json=body_json(result.messages, info.config.tools) if text else "", tokens=result.tokens,
-        budget=result.budget, extends_previous=result.extends_previous,
+        body_json=body_json(result.messages[kept:], () if kept else info.config.tools) if text else "",
+        tokens=result.tokens, budget=result.budget, extends_previous=result.extends_previous,
         prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,
-        tokenizer=info.config.tokenizer)
+        tokenizer=info.config.tokenizer, prompt_id=built.prompt_id, kept_messages=kept)
 
 
 def count_to_pb(r: CountResult) -> pb.CountTokensResponse:

@@ -9,6 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from budgeter.core.engine import BuildResult
 from budgeter.core.facts import CallFacts
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
@@ -56,6 +57,17 @@ class SessionInfo:
     @property
     def etag(self) -> str:
         return make_etag(self.record.version, self.record.incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A build as the front doors return it: the prompt, the session it came from, its id, and how
+    many leading messages it shares with the prompt the caller said it holds (0: send it whole)."""
+
+    result: BuildResult
+    info: SessionInfo
+    prompt_id: str = ""
+    kept: int = 0
 
 
 @dataclass(frozen=True, slots=True)

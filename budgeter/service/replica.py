@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,12 @@ class Live:
     events_seen: int = 0
     stored_handles: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """Names this engine state in prompt ids: a prompt built elsewhere (another replica, or
+    before the session was loaded again) never matches."""
+
+    def prompt_id(self, serial: int) -> str:
+        return f"{self.token}.{serial}"
 
 
 class Replica:

@@ -140,9 +140,10 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         overrides = cv.overrides_from_pb(request.overrides) if request.HasField("overrides") else None
         appended = (self._append(request.session, request.messages, request.request_id)
                     if request.messages else None)
-        result, info = self.sessions.build(request.session, overrides=overrides, after=appended)
-        self.metrics.built(result)
-        out = cv.build_to_pb(result, info, request.view)
+        built = self.sessions.build(request.session, overrides=overrides, after=appended,
+                                    known=request.known_prompt)
+        self.metrics.built(built.result)
+        out = cv.build_to_pb(built, request.view)
         if appended is not None:
             out.appended.CopyFrom(cv.append_to_pb(appended))
         return out

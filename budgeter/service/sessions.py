@@ -31,6 +31,7 @@ from budgeter.service.model import (
     TENANT,
     Appended,
     AppendResult,
+    Built,
     CallInfo,
     CountResult,
     Limits,
@@ -163,10 +164,12 @@ class Sessions:
 
     # -- prompts -------------------------------------------------------------------------------
 
-    def build(self, name: str, *, overrides: dict[str, Any] | None = None, after: AppendResult | None = None
-              ) -> tuple[BuildResult, SessionInfo]:
+    def build(self, name: str, *, overrides: dict[str, Any] | None = None, after: AppendResult | None = None,
+              known: str = "") -> Built:
         """``after``: the append this build follows in the same request (a one-call turn); when it
-        was written through, the replica is current and the store is not read again."""
+        was written through, the replica is current and the store is not read again. ``known``:
+        the prompt id the caller holds; when it is this engine's previous prompt, ``kept`` says
+        how many of its leading messages the new prompt shares."""
         sid = session_id_of(name)
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
@@ -178,7 +181,10 @@ class Sessions:
             self.store.put_payloads(sid, new)
             with live.lock:
                 live.stored_handles.update(new)
-        return result, info
+        if overrides:
+            return Built(result, info)
+        kept = result.prefix_changed_at if known and known == live.prompt_id(result.serial - 1) else 0
+        return Built(result, info, live.prompt_id(result.serial), kept)
 
     def _one_off(self, live: Live, overrides: dict[str, Any]) -> BuildResult:
         """A build with per-call policy changes; the session's own plan is left as it was."""

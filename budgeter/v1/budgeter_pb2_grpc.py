@@ -149,7 +149,8 @@ class BudgeterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def BuildPrompt(self, request, context):
-        """Returns the prompt to send now: it fits window - reserve by the exact count.
+        """Returns the prompt to send now: it fits window - reserve by the exact count. A client holding
+        the previous prompt names it in known_prompt and gets only the messages that changed.
         Errors: NOT_FOUND (SESSION_NOT_FOUND), FAILED_PRECONDITION (PINNED_OVER_BUDGET,
         TEMPLATE_ERROR), INVALID_ARGUMENT (INVALID_INPUT: bad overrides).
         """

@@ -94,6 +94,7 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         def agent(k: int) -> None:
             client = clients[k % len(clients)]
             session = client.create_session(tools=bodies[k]["tools"], window=window)
+            prompt = None
             for turn in turns(bodies[k]["messages"]):
                 t0 = time.perf_counter()
                 if floor:  # what a call costs here without the engine
@@ -101,9 +102,9 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                     with lock:
                         times["build"].append((time.perf_counter() - t0) * 1000)
                     continue
-                if one_call:  # append and build in one BuildPrompt call
+                if one_call:  # append and build in one BuildPrompt call, the reply only what changed
                     t1 = t0
-                    prompt = session.prompt(append=turn)
+                    prompt = session.prompt(append=turn, since=prompt)
                 else:
                     session.append(turn)
                     t1 = time.perf_counter()
@@ -205,7 +206,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--setups", default="sqlite,redis1,redis2")
     ap.add_argument("--growth", action="store_true")
-    ap.add_argument("--one-call", action="store_true", help="each turn is one prompt(append=...) call")
+    ap.add_argument("--one-call", action="store_true",
+                    help="each turn is one prompt(append=..., since=previous prompt) call")
     ap.add_argument("--floor", action="store_true", help="each turn is one GetSession call (no engine work)")
     args = ap.parse_args()
     if args.growth:

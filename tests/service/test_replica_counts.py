@@ -20,7 +20,7 @@ from budgeter.service.sessions import Sessions
 from budgeter.store import open_store
 sessions = Sessions(open_store(sys.argv[1]), Profiles(default="qwen3.6"))
 counter = sessions.profiles.counter("")
-result, _ = sessions.build("s")
+result = sessions.build("s").result
 print(json.dumps({"tokens": result.tokens, "tokenized": counter.pieces.chars_tokenized,
                   "messages": len(result.messages)}))
 """
@@ -34,7 +34,7 @@ def test_a_new_replica_imports_counts_instead_of_tokenizing(tmp_path):
     for t in turns(9):
         writer.append("s", from_openai_list(t))
         history += t
-    expected, _ = writer.build("s")
+    expected = writer.build("s").result
     writer.store.close()
     out = subprocess.run([sys.executable, "-c", REPLICA, url], capture_output=True, text=True,
                          check=True, timeout=120)
@@ -78,7 +78,7 @@ def test_an_append_writes_through_to_the_replica_that_made_it(tmp_path):
     assert sum(read_back) == 0  # nothing this replica wrote came back from the store
     other.append("s", from_openai_list(batches[3]))
     read_back.clear()
-    result, _ = mine.build("s")
+    result = mine.build("s").result
     assert read_back == [len(batches[3])]  # the other replica's messages, read once
-    fresh, _ = Sessions(store, Profiles(default="qwen3.6")).build("s")  # a replica reading it all
+    fresh = Sessions(store, Profiles(default="qwen3.6")).build("s").result  # a replica reading it all
     assert result.messages == fresh.messages and result.tokens == fresh.tokens
