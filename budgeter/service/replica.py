@@ -103,16 +103,20 @@ class Replica:
         return live
 
     def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
-                facts: Sequence[Facts] | None) -> bool:
+                facts: Sequence[Facts] | None, *, events: int = -1) -> bool:
         """Write-through: messages this replica just appended at ``first_index`` go to the live
         engine with the facts already computed, so the next request reads nothing back from the
         store. When another writer came between, the next sync reads the records instead; facts
-        previewed against another history length are computed again. True when written."""
+        previewed against another history length are computed again. ``events``: the session's
+        event count the append saw; events this engine has not applied are read now. True when
+        written."""
         with live.lock:
             if live.version != first_index:
                 return False
             live.engine.append(messages, facts)
             live.version = version
+            if events >= 0:
+                self._apply_events(live, events)
             return True
 
     def _apply_events(self, live: Live, count: int) -> None:

@@ -26,6 +26,7 @@ from budgeter.errors import (
     InvalidInput,
     LimitExceeded,
     QuotaExceeded,
+    SessionNotFound,
 )
 from budgeter.service.model import (
     TENANT,
@@ -108,6 +109,15 @@ class Sessions:
         sid = session_id_of(name)
         texts = [dumps_text(to_openai(m, extensions=True)) for m in messages]  # serialized once
         self.check_sizes([len(t.encode()) for t in texts])
+        live = self.replica.cached(sid) if not etag else None
+        if live is not None:  # the cached state is current unless another writer came between:
+            try:               # the store checks that, and the session is read only if it did
+                return self._append(live, messages, texts, request_id, etag, unread=True)
+            except (EtagMismatch, StaleIncarnation):
+                pass
+            except SessionNotFound:
+                self.replica.forget(sid)
+                raise
         for _ in range(2):
             live = self.replica.sync(sid)  # the verdicts need the session's tools and earlier failures
             try:
@@ -118,8 +128,10 @@ class Sessions:
                            metadata={"session": sid})
 
     def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str],
-                request_id: str, etag: str) -> AppendResult:
-        """``texts``: each message as stored JSON; the record wraps it with its counts."""
+                request_id: str, etag: str, *, unread: bool = False) -> AppendResult:
+        """``texts``: each message as stored JSON; the record wraps it with its counts. ``unread``:
+        ``live`` was not caught up with the store first, so the store must find it at the same
+        version (EtagMismatch otherwise: the caller reads the session and appends again)."""
         info = live.info
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
@@ -127,20 +139,21 @@ class Sessions:
         with live.lock:
             facts = live.engine.log.preview(messages)
             previewed_at = len(live.engine.log)
+            seen = live.version
         with self.profiles.lock(cfg.tokenizer):
             for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
                 records.append(StoredMessage(text, cfg.spec, cost, pieces).encode())
                 results.append([cost, [CallInfo.of(c).to_list() for c in f.calls],
                                 f.result.value if f.result is not None else None])
-        expected = parse_etag(etag, info.record.incarnation) if etag else None
+        expected = parse_etag(etag, info.record.incarnation) if etag else (seen if unread else None)
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
             fingerprint=fingerprint(texts), result=dumps_text(results),
             expected_version=expected)
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
-            facts if previewed_at == outcome.first_index else None)
+            facts if previewed_at == outcome.first_index else None, events=outcome.events)
         stored = json.loads(outcome.result)
         appended = tuple(Appended(outcome.first_index + i, cost, tuple(CallInfo.from_list(c) for c in calls), result)
                          for i, (cost, calls, result) in enumerate(stored))

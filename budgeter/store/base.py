@@ -50,6 +50,9 @@ class AppendOutcome:
     version: int
     result: str
     replayed: bool = False
+    events: int = -1
+    """The session's event count when the batch landed (-1 on a replay): a writer that skipped
+    reading the session first learns from it whether events came in meanwhile."""
 
 
 class StaleIncarnation(Exception):

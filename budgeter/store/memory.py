@@ -90,7 +90,7 @@ class MemoryStore:
             entry.record = entry.record.renewed(t, len(entry.history))
             if request_id:
                 entry.requests[request_id] = (fingerprint, first, result, t + self._idem_ttl)
-            return AppendOutcome(first, entry.record.version, result)
+            return AppendOutcome(first, entry.record.version, result, events=entry.record.events)
 
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]:
         with self._lock:

@@ -45,7 +45,7 @@ return 1
 """
 
 APPEND = """
-local meta = redis.call('HMGET', KEYS[1], 'incarnation', 'version', 'ttl')
+local meta = redis.call('HMGET', KEYS[1], 'incarnation', 'version', 'ttl', 'events')
 if not meta[1] then return {'NOT_FOUND'} end
 if meta[1] ~= ARGV[1] then return {'STALE'} end
 local version = tonumber(meta[2])
@@ -70,7 +70,7 @@ if ttl and ttl > 0 then
   redis.call('PEXPIRE', KEYS[4], ms)
   redis.call('PEXPIRE', KEYS[5], ms)
 end
-return {'OK', tostring(version), tostring(new), meta[3] or '0'}
+return {'OK', tostring(version), tostring(new), meta[3] or '0', meta[4] or '0'}
 """
 
 ADD_EVENT = """
@@ -242,7 +242,7 @@ class RedisStore:
             stored_fp, first, stored = reply[1].decode().split("\n", 2)
             check_replay(request_id, fingerprint, stored_fp)
             return AppendOutcome(int(first), int(reply[2]), stored, replayed=True)
-        return AppendOutcome(int(reply[1]), int(reply[2]), result)
+        return AppendOutcome(int(reply[1]), int(reply[2]), result, events=int(reply[4]))
 
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]:
         k = self.keys(session_id)

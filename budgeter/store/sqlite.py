@@ -184,7 +184,7 @@ class SQLiteStore:
                 db.execute("DELETE FROM requests WHERE expires <= ?", (t,))
                 db.execute("INSERT OR REPLACE INTO requests VALUES (?, ?, ?, ?, ?, ?)",
                            (session_id, request_id, fingerprint, first, result, t + self._idem_ttl))
-            return AppendOutcome(first, new.version, result)
+            return AppendOutcome(first, new.version, result, events=rec.events)
 
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]:
         with self._tx() as db:

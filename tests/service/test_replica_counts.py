@@ -82,3 +82,35 @@ def test_an_append_writes_through_to_the_replica_that_made_it(tmp_path):
     assert read_back == [len(batches[3])]  # the other replica's messages, read once
     fresh = Sessions(store, Profiles(default="qwen3.6")).build("s").result  # a replica reading it all
     assert result.messages == fresh.messages and result.tokens == fresh.tokens
+
+
+def test_a_cached_writer_appends_without_reading_and_catches_up_when_behind(redis_url):
+    """A replica whose cached session is current appends in one store round trip (no read first);
+    when another replica wrote or added an event meanwhile, the store's version check sends it back
+    to read, and nothing is lost, doubled or left unapplied."""
+    from budgeter.core.messages import to_openai
+    from budgeter.store.redis import RedisStore
+
+    store = RedisStore.from_url(redis_url)
+    mine, other = Sessions(store, Profiles(default="qwen3.6")), Sessions(store, Profiles(default="qwen3.6"))
+    mine.create(session_id="s", tools=TOOLS, policy={"window": 200_000})
+    batches = turns(8)
+    mine.append("s", from_openai_list(batches[0]))
+    mine.build("s")
+    before = store.round_trips
+    mine.append("s", from_openai_list(batches[1]))
+    assert store.round_trips - before == 1  # the append alone: no read of what this replica holds
+    for k, t in enumerate(batches[2:], start=2):  # two writers, alternating: each is behind in turn
+        (other if k % 2 else mine).append("s", from_openai_list(t))
+    extra = [{"role": "user", "content": "catch up"}, {"role": "user", "content": "one more"}]
+    mine.append("s", from_openai_list(extra[:1]))  # current again
+    other.store.add_event("s", json.dumps({"kind": "snapshot_superseded", "path": "src/mod1.py", "at": 3}))
+    before = store.round_trips
+    last = mine.append("s", from_openai_list(extra[1:]))  # current by version, behind by one event
+    assert last.current and store.round_trips - before == 2  # the append, then the event it reported
+    assert mine.replica.cached("s").engine.superseded == {"src/mod1.py": 3}
+    expected = [m for t in batches for m in from_openai_list(t)] + from_openai_list(extra)
+    for replica in (mine, other):
+        assert [to_openai(m) for m in replica.live("s").engine.history] == [to_openai(m) for m in expected]
+    assert store.read("s")[0].version == len(expected)
+    store.close()

@@ -188,6 +188,10 @@ def test_events_are_counted_and_read_since(store):
     assert store.add_event("s1", '{"kind": "a"}') == 0
     assert store.add_event("s1", '{"kind": "b ✓"}') == 1
     assert store.get("s1").events == 2 and store.read("s1")[0].events == 2
+    outcome = store.append("s1", ["m"], incarnation=rec.incarnation, request_id="r", fingerprint="f", result="x")
+    assert outcome.events == 2  # an append says how many events the session had when it landed
+    replay = store.append("s1", ["m"], incarnation=rec.incarnation, request_id="r", fingerprint="f", result="x")
+    assert replay.replayed and replay.events == -1
     assert store.events("s1") == ['{"kind": "a"}', '{"kind": "b ✓"}']
     assert store.events("s1", since=1) == ['{"kind": "b ✓"}']
     store.delete("s1")
