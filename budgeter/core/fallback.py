@@ -75,21 +75,62 @@ def probe(fmt: ChatFormat) -> Capabilities:
 def adapter(caps: Capabilities) -> Adapter | None:
     if caps.tools and caps.tool_calls and caps.tool_role and caps.alternation_free:
         return None
+    memo = _Memo()
+
+    def one(m: dict[str, Any]) -> dict[str, Any]:
+        out = dict(m)
+        if not caps.tool_calls:
+            out = _calls_as_text(out)
+        if not caps.tool_role:
+            out = _result_as_user(out)
+        return out
 
     def adapt(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]):  # type: ignore[no-untyped-def]
-        out = [dict(m) for m in messages]
+        out = [memo.get((m,), one, m) for m in messages]
         if tools and not caps.tools:
-            out = _tools_as_system(out, tools)
+            if out and out[0].get("role") == "system":
+                out[0] = memo.get((out[0], tools), _tools_into, out[0], tools)
+            else:
+                out.insert(0, memo.get((tools,), _tools_into, None, tools))
             tools = ()
-        if not caps.tool_calls:
-            out = [_calls_as_text(m) for m in out]
-        if not caps.tool_role:
-            out = [_result_as_user(m) for m in out]
         if not caps.alternation_free:
-            out = _merge_runs(out)
+            out = _merge_runs(out, memo)
         return out, tools
 
     return adapt
+
+
+class _Memo:
+    """A rewrite is a function of its input dicts, which are the same objects on every build (a
+    counter keeps one template dict per message, a session one tools list) and are never changed:
+    it is made once, and the same output object comes back, so the renders and checks downstream
+    meet objects they have seen. Keyed by identity; the inputs are held, so an id is never reused
+    while cached. Bounded by the characters of content it holds (a rewritten tool result is a copy
+    of its text): cleared when full."""
+
+    def __init__(self, limit_chars: int = 32 << 20) -> None:
+        self._items: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._limit = limit_chars
+        self._chars = 0
+
+    def get(self, inputs: tuple[Any, ...], make: Any, *args: Any) -> Any:
+        key = tuple(map(id, inputs))
+        hit = self._items.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+        out = make(*args)
+        size = len(out.get("content") or "") if isinstance(out, dict) else 0
+        if self._chars + size > self._limit:
+            self._items.clear()
+            self._chars = 0
+        self._items[key] = (inputs, out)
+        self._chars += size
+        return out
+
+
+def _tools_into(system: dict[str, Any] | None, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The system message with the tools appended (a new one when there was none)."""
+    return _tools_as_system([system] if system is not None else [], tools)[0]
 
 
 def _tools_as_system(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]):  # type: ignore[no-untyped-def]
@@ -119,11 +160,18 @@ def _result_as_user(m: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": f"<tool_response>\n{m.get('content', '')}\n</tool_response>"}
 
 
-def _merge_runs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _merge_runs(messages: list[dict[str, Any]], memo: _Memo) -> list[dict[str, Any]]:
+    runs: list[list[dict[str, Any]]] = []
     for m in messages:
-        if out and out[-1]["role"] == m["role"] and m["role"] != "system":
-            out[-1] = {**out[-1], "content": f"{out[-1].get('content', '')}\n\n{m.get('content', '')}"}
+        if runs and runs[-1][-1]["role"] == m["role"] and m["role"] != "system":
+            runs[-1].append(m)
         else:
-            out.append(m)
+            runs.append([m])
+    return [run[0] if len(run) == 1 else memo.get(tuple(run), _merged, run) for run in runs]
+
+
+def _merged(run: list[dict[str, Any]]) -> dict[str, Any]:
+    out = run[0]
+    for m in run[1:]:
+        out = {**out, "content": f"{out.get('content', '')}\n\n{m.get('content', '')}"}
     return out
