@@ -57,7 +57,7 @@ def agent(task: str, *, llm: str, budgeter: str, workdir: Path, max_turns: int =
                 problems = "; ".join(p["message"] for p in v["problems"]) or v["detail"]
                 output = f"Error: not run: {problems}"
             results.append({"role": "tool", "tool_call_id": v["id"], "content": output})
-        prompt = session.prompt(append=results)  # fits the window, by the exact count
+        prompt = session.prompt(append=results, since=prompt)  # fits the window, by the exact count
     return executed
 
 

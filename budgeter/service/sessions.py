@@ -109,11 +109,14 @@ class Sessions:
         sid = session_id_of(name)
         texts = [dumps_text(to_openai(m, extensions=True)) for m in messages]  # serialized once
         self.check_sizes([len(t.encode()) for t in texts])
-        live = self.replica.cached(sid) if not etag else None
-        if live is not None:  # the cached state is current unless another writer came between:
-            try:               # the store checks that, and the session is read only if it did
+        live = self.replica.cached(sid)
+        if live is not None and _at(live, etag):  # current unless another writer came between: the
+            try:                                   # store checks that; only then is the session read
                 return self._append(live, messages, texts, request_id, etag, unread=True)
-            except (EtagMismatch, StaleIncarnation):
+            except EtagMismatch:
+                if etag:  # the store is past the caller's etag: the caller's conflict, not ours
+                    raise
+            except StaleIncarnation:
                 pass
             except SessionNotFound:
                 self.replica.forget(sid)
@@ -131,7 +134,8 @@ class Sessions:
                 request_id: str, etag: str, *, unread: bool = False) -> AppendResult:
         """``texts``: each message as stored JSON; the record wraps it with its counts. ``unread``:
         ``live`` was not caught up with the store first, so the store must find it at the same
-        version (EtagMismatch otherwise: the caller reads the session and appends again)."""
+        version (EtagMismatch otherwise: without an etag, the caller reads the session and appends
+        again)."""
         info = live.info
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
@@ -255,6 +259,16 @@ class Sessions:
         """The session's engine state, caught up with the store (for the guard rails)."""
         return self.replica.sync(session_id_of(name))
 
+
+
+def _at(live: Live, etag: str) -> bool:
+    """Whether an append may skip reading the session first: no etag, or one naming the cached
+    state's incarnation and version (the store checks the version either way)."""
+    if not etag:
+        return True
+    version, _, inc = etag.partition(".")
+    return bool(inc) and live.info.record.incarnation.startswith(inc) and version.isdigit() \
+        and int(version) == live.version
 
 
 def check_tools(tools: Any) -> list[JSONDict]:

@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from budgeter.core.messages import from_openai_list
+from budgeter.errors import EtagMismatch
 from budgeter.service.profiles import Profiles
 from budgeter.service.sessions import Sessions
 from budgeter.store import open_store
@@ -109,6 +112,13 @@ def test_a_cached_writer_appends_without_reading_and_catches_up_when_behind(redi
     last = mine.append("s", from_openai_list(extra[1:]))  # current by version, behind by one event
     assert last.current and store.round_trips - before == 2  # the append, then the event it reported
     assert mine.replica.cached("s").engine.superseded == {"src/mod1.py": 3}
+    etag = mine.get("s").etag
+    before = store.round_trips
+    mine.append("s", from_openai_list([{"role": "user", "content": "with an etag"}]), etag=etag)
+    assert store.round_trips - before == 1  # an etag naming the cached state: no read either
+    with pytest.raises(EtagMismatch):  # the same etag again is stale: the caller's conflict
+        mine.append("s", from_openai_list([{"role": "user", "content": "stale"}]), etag=etag)
+    extra.append({"role": "user", "content": "with an etag"})
     expected = [m for t in batches for m in from_openai_list(t)] + from_openai_list(extra)
     for replica in (mine, other):
         assert [to_openai(m) for m in replica.live("s").engine.history] == [to_openai(m) for m in expected]
