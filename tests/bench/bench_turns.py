@@ -1,0 +1,67 @@
+"""One-call turns through the session layer alone, in one thread: what a replica's engine spends
+per turn, without gRPC or a client in the same process. Made to be sampled by a profiler:
+
+    python -m tests.bench.bench_turns [--profile qwen3.6] [--repeat 4]
+    py-spy record -f raw -o turns.txt -- python -m tests.bench.bench_turns --repeat 12
+
+Each turn appends the assistant message with its tool results (or a user message) to a memory
+store session and builds the prompt, then converts it as ``BuildPrompt`` would for a client that
+holds the previous prompt (``known_prompt``). Sessions: three generated coding sessions of 300K
+chars at a 32K window, as ``bench_service`` replays them. The turns run inside ``turn_loop``, so a
+profile can keep only the samples under it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+from budgeter.core.messages import from_openai_list
+from budgeter.service import convert
+from budgeter.service.profiles import Profiles, settle
+from budgeter.service.sessions import Sessions
+from budgeter.store import open_store
+from budgeter.v1 import budgeter_pb2 as pb
+from tests.bench.bench_service import pct, profile_spec, turns
+from tests.bench.sessions import make_session
+
+
+def turn_loop(sessions: Sessions, name: str, bodies: list[dict], repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        for body in bodies:
+            info = sessions.create(tokenizer=name, tools=body["tools"], policy={"window": 32768})
+            known = ""
+            for turn in turns(body["messages"]):
+                t0 = time.perf_counter()
+                appended = sessions.append(info.id, from_openai_list(turn))
+                built = sessions.build(info.id, after=appended, known=known)
+                convert.build_to_pb(built, pb.PROMPT_VIEW_JSON)
+                times.append((time.perf_counter() - t0) * 1000)
+                known = built.prompt_id
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="qwen3.6")
+    ap.add_argument("--repeat", type=int, default=4)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = profile_spec(args.profile, tmp)
+        if spec is None:
+            raise SystemExit(f"{args.profile}: its files are absent here")
+        profiles = Profiles({args.profile: spec}, default=args.profile)
+        settle(profiles, [args.profile])  # loaded and warmed, then gc.freeze, as `budgeter serve` does
+        sessions = Sessions(open_store("memory://"), profiles)
+        bodies = [make_session(seed, chars=300_000) for seed in range(3)]
+        turn_loop(sessions, args.profile, bodies[:1], 1)  # warm-up
+        times = turn_loop(sessions, args.profile, bodies, args.repeat)
+    print(f"{args.profile}: {len(times)} one-call turns in the session layer, p50 {statistics.median(times):.2f} ms, "
+          f"p90 {pct(times, 0.9):.2f} ms, p99 {pct(times, 0.99):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
