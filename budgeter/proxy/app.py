@@ -127,7 +127,7 @@ class Proxy:
 
     async def _complete(self, call: Call, forward: dict[str, str]) -> Response:
         for rounds in range(recall.MAX_ROUNDS + 1):
-            upstream = await self._send(call, forward, stream=False)
+            upstream = await self._send(call, forward)
             content = await self._read(call, upstream)
             if upstream.status >= 400:
                 return passthrough(upstream, content, call.headers)
@@ -153,7 +153,7 @@ class Proxy:
             call.upstream += time.perf_counter() - started
 
     async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
-        upstream = await self._send(call, forward, stream=True)
+        upstream = await self._send(call, forward)
         kind = upstream.headers.get("content-type", "")
         if upstream.status >= 400 or "text/event-stream" not in kind:
             return passthrough(upstream, await self._read(call, upstream), call.headers)
@@ -216,7 +216,7 @@ class Proxy:
 
     async def _reopen(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse | None:
         try:
-            upstream = await self._send(call, forward, stream=True)
+            upstream = await self._send(call, forward)
         except UpstreamError:
             return None
         if upstream.status >= 400:
@@ -224,7 +224,7 @@ class Proxy:
             return None
         return upstream
 
-    async def _send(self, call: Call, forward: dict[str, str], *, stream: bool) -> aiohttp.ClientResponse:
+    async def _send(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse:
         """POST the body; returns once the upstream's headers are in (``_read`` or ``_tee`` takes
         the body)."""
         started = time.perf_counter()
