@@ -27,7 +27,7 @@ from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.proxy import recall
-from budgeter.proxy.errors import UPSTREAM_ERRORS, UpstreamError, error_response, upstream_error
+from budgeter.proxy.errors import STALE_CONNECTION, UPSTREAM_ERRORS, UpstreamError, error_response, upstream_error
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
 from budgeter.proxy.stream import Reply, Tee, parse_data
@@ -79,9 +79,11 @@ class Proxy:
             s = self.settings
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=s.upstream_connect_timeout,
                                             sock_read=s.upstream_read_timeout)
+            # idle connections are closed after 4 s, before the usual 5 s of llama.cpp's and
+            # uvicorn's servers; one the upstream closed first is retried once (STALE_CONNECTION)
             self._client = aiohttp.ClientSession(
                 timeout=timeout, headers={"accept-encoding": "identity"}, auto_decompress=False,
-                connector=aiohttp.TCPConnector(limit=256), skip_auto_headers=("User-Agent",))
+                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4), skip_auto_headers=("User-Agent",))
         return self._client
 
     # -- routes ----------------------------------------------------------------------------------
@@ -228,9 +230,14 @@ class Proxy:
         """POST the body; returns once the upstream's headers are in (``_read`` or ``_tee`` takes
         the body)."""
         started = time.perf_counter()
+        body, headers = dumps_bytes(call.body), {**forward, "content-type": "application/json"}
         try:
-            upstream = await self.client.post(f"{self.url}/chat/completions", data=dumps_bytes(call.body),
-                                              headers={**forward, "content-type": "application/json"})
+            try:
+                upstream = await self.client.post(f"{self.url}/chat/completions", data=body, headers=headers)
+            except STALE_CONNECTION as exc:  # a kept-alive connection the upstream closed as it was
+                if isinstance(exc, aiohttp.ClientConnectorError):  # reused: once more (not: unreachable)
+                    raise
+                upstream = await self.client.post(f"{self.url}/chat/completions", data=body, headers=headers)
         except UPSTREAM_ERRORS as exc:
             raise upstream_error(exc, self.url) from exc
         finally:

@@ -56,6 +56,9 @@ def error_response(exc: BaseException) -> JSONResponse:
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 """What the upstream client raises when the upstream cannot be reached or falls silent."""
+STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+"""What sending on a kept-alive connection that the upstream had just closed raises (the request
+is sent once more, on a new connection)."""
 
 
 def upstream_error(exc: BaseException, url: str) -> UpstreamError:

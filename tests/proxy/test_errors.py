@@ -141,3 +141,51 @@ def test_a_stream_cut_by_the_client_or_a_stalled_upstream_stores_nothing_and_nev
     upstream.script(Script(content="whole"))
     r = httpx.post(proxy.base_url + "/chat/completions", json={**body, "stream": False})
     assert r.status_code == 200 and proxy.history(session)[-1].content == "whole"
+
+
+def test_a_kept_alive_connection_the_upstream_closed_is_retried_on_a_new_one(make_proxy):
+    """An upstream that keeps connections alive but closes one as the next request arrives on it
+    (as llama.cpp's server may after a stream): the request goes again on a new connection instead
+    of failing with a 502. Scripted with a raw socket server: the close is the behaviour tested."""
+    import json
+    import socketserver
+    import threading
+
+    reply = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                     "finish_reason": "stop"}]}).encode()
+    connections = []
+
+    class OneRequestPerConnection(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            connections.append(self.client_address)
+            for served in range(2):
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    byte = self.rfile.read(1)
+                    if not byte:
+                        return
+                    head += byte
+                if served:  # a second request on this connection: dropped unanswered
+                    return
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length"))
+                self.rfile.read(length)
+                self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(reply), reply))
+                self.wfile.flush()
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), OneRequestPerConnection)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proxy = make_proxy(upstream_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+        messages = [SYSTEM, USER]
+        for k in range(3):
+            got = proxy.client.chat.completions.create(model="m", messages=messages)
+            assert got.choices[0].message.content == "ok"
+            messages = [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": f"q{k}"}]
+        assert len(connections) >= 3  # each request after the first was refused on its old connection
+    finally:
+        server.shutdown()
+        server.server_close()
