@@ -128,8 +128,8 @@ def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> s
 
 
 def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPromptResponse:
-    """``built.kept`` > 0 (the caller holds the previous prompt): the JSON body carries only the
-    messages from there on, and no tools."""
+    """``built.kept`` > 0 (the caller holds the previous prompt): the typed messages and the JSON
+    body carry only the messages from there on, and the body no tools."""
     result, info, kept = built.result, built.info, built.kept
     report = pb.BuildReport(
         tokens_before=result.tokens_before, tokens_after=result.tokens,
@@ -144,7 +144,7 @@ def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPrompt
     typed = view != pb.PROMPT_VIEW_JSON
     text = view != pb.PROMPT_VIEW_TYPED
     return pb.BuildPromptResponse(
-        messages=[message_to_pb(m) for m in result.messages] if typed else (),
+        messages=[message_to_pb(m) for m in result.messages[kept:]] if typed else (),
         body_json=body_json(result.messages[kept:], () if kept else info.config.tools) if text else "",
         tokens=result.tokens, budget=result.budget, extends_previous=result.extends_previous,
         prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,

@@ -336,6 +336,8 @@ def test_prompt_since_the_previous_one_sends_only_what_changed(client, server):
                                                      known_prompt=whole.prompt_id))
         sent = json.loads(raw.body_json)
         assert raw.kept_messages == len(whole.messages) and sent == {"messages": []}  # nothing changed
+        typed = stub.BuildPrompt(pb.BuildPromptRequest(session=f"sessions/{session.id}", known_prompt=raw.prompt_id))
+        assert typed.kept_messages == len(whole.messages) and not typed.messages  # both views: the change only
         if prev is not None and delta.prefix_changed_at:  # the kept messages are the ones the client held
             assert delta.messages[0] is prev.messages[0]
             kept += 1
