@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from budgeter.core.counting import Adapter
+from budgeter.core.memo import IdentityMemo
 from budgeter.core.typing import ChatFormat
 
 _TOOL = {"type": "function", "function": {"name": "zqprobetool", "description": "d",
@@ -75,7 +76,7 @@ def probe(fmt: ChatFormat) -> Capabilities:
 def adapter(caps: Capabilities) -> Adapter | None:
     if caps.tools and caps.tool_calls and caps.tool_role and caps.alternation_free:
         return None
-    memo = _Memo()
+    memo = IdentityMemo(limit=32 << 20, size=_content_chars)  # a rewritten tool result copies its text
 
     def one(m: dict[str, Any]) -> dict[str, Any]:
         out = dict(m)
@@ -86,6 +87,8 @@ def adapter(caps: Capabilities) -> Adapter | None:
         return out
 
     def adapt(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]):  # type: ignore[no-untyped-def]
+        # each rewrite is made once per input (the same dict objects come on every build, never
+        # changed), and the same output objects come back, so renders and checks meet known objects
         out = [memo.get((m,), one, m) for m in messages]
         if tools and not caps.tools:
             if out and out[0].get("role") == "system":
@@ -98,34 +101,6 @@ def adapter(caps: Capabilities) -> Adapter | None:
         return out, tools
 
     return adapt
-
-
-class _Memo:
-    """A rewrite is a function of its input dicts, which are the same objects on every build (a
-    counter keeps one template dict per message, a session one tools list) and are never changed:
-    it is made once, and the same output object comes back, so the renders and checks downstream
-    meet objects they have seen. Keyed by identity; the inputs are held, so an id is never reused
-    while cached. Bounded by the characters of content it holds (a rewritten tool result is a copy
-    of its text): cleared when full."""
-
-    def __init__(self, limit_chars: int = 32 << 20) -> None:
-        self._items: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
-        self._limit = limit_chars
-        self._chars = 0
-
-    def get(self, inputs: tuple[Any, ...], make: Any, *args: Any) -> Any:
-        key = tuple(map(id, inputs))
-        hit = self._items.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
-            return hit[1]
-        out = make(*args)
-        size = len(out.get("content") or "") if isinstance(out, dict) else 0
-        if self._chars + size > self._limit:
-            self._items.clear()
-            self._chars = 0
-        self._items[key] = (inputs, out)
-        self._chars += size
-        return out
 
 
 def _tools_into(system: dict[str, Any] | None, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -160,7 +135,11 @@ def _result_as_user(m: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": f"<tool_response>\n{m.get('content', '')}\n</tool_response>"}
 
 
-def _merge_runs(messages: list[dict[str, Any]], memo: _Memo) -> list[dict[str, Any]]:
+def _content_chars(m: dict[str, Any]) -> int:
+    return len(m.get("content") or "")
+
+
+def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo) -> list[dict[str, Any]]:
     runs: list[list[dict[str, Any]]] = []
     for m in messages:
         if runs and runs[-1][-1]["role"] == m["role"] and m["role"] != "system":

@@ -266,9 +266,10 @@ def _at(live: Live, etag: str) -> bool:
     state's incarnation and version (the store checks the version either way)."""
     if not etag:
         return True
-    version, _, inc = etag.partition(".")
-    return bool(inc) and live.info.record.incarnation.startswith(inc) and version.isdigit() \
-        and int(version) == live.version
+    try:
+        return parse_etag(etag, live.info.record.incarnation) == live.version
+    except (InvalidInput, EtagMismatch):  # malformed, or another incarnation: the reading path says so
+        return False
 
 
 def check_tools(tools: Any) -> list[JSONDict]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
@@ -89,26 +90,20 @@ def _fast_offsets(tekken: Any) -> None:
 
 
 class _RunMemo:
-    """The normalizer's output for a run of same-role messages, keyed by the identity of the
-    converted messages it was given (kept alive in the value, so an id is never reused while
-    cached). On only while ``on``: the plain path (``full_tokens``, the audit) normalizes afresh."""
+    """The normalizer's output for a run of same-role messages, by the identity of the converted
+    messages it was given (they persist between builds). On only while ``on``: the plain path
+    (``full_tokens``, the audit) normalizes afresh."""
 
-    def __init__(self, normalizer: Any, *, limit: int = 50_000) -> None:
+    def __init__(self, normalizer: Any) -> None:
         self.on = True
-        self._runs: dict[tuple[Any, ...], tuple[list[Any], Any]] = {}
-        self._limit = limit
+        self._runs = IdentityMemo(limit=50_000)
         aggregate = normalizer._aggregate_role
 
         def aggregate_role(messages: list[Any], role: Any, latest_call_ids: list[str]) -> Any:
             if not self.on or not messages:
                 return aggregate(messages, role, latest_call_ids)
-            key = (role, tuple(latest_call_ids), *map(id, messages))
-            hit = self._runs.get(key)
-            if hit is None:
-                if len(self._runs) >= self._limit:
-                    self._runs.clear()
-                hit = self._runs[key] = (list(messages), aggregate(messages, role, latest_call_ids))
-            return hit[1]
+            return self._runs.get(tuple(messages), aggregate, list(messages), role, list(latest_call_ids),
+                                  key=(role, tuple(latest_call_ids)))
 
         normalizer._aggregate_role = aggregate_role
 
@@ -118,8 +113,8 @@ class MistralCounter:
         self.name = name
         self._tok = tokenizer
         self._memo: dict[tuple[Any, ...], int] = {}
-        self._same: dict[tuple[Any, ...], tuple[Any, int]] = {}
-        """(id of a normalized message, flags) -> (that message, its count): held, so ids stay unique."""
+        self._same = IdentityMemo(limit=200_000)
+        """A normalized message's count under its flags, by the message's identity (reuse only)."""
         self._costs: dict[Message, int] = {}
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
@@ -242,22 +237,21 @@ class MistralCounter:
             else:
                 flags = ()
                 fn = lambda m=msg: it.encode_system_message(m)[0]  # type: ignore[misc,assignment]  # noqa: E731
-            same = self._same.get((id(msg), flags)) if reuse else None
-            if same is not None and same[0] is msg:
-                total += same[1]
-                continue
-            key = (type(msg).__name__, msg.model_dump_json(), flags)
-            n = self._memo.get(key)
-            if n is None:
-                if len(self._memo) >= 200_000:
-                    self._memo.clear()
-                n = self._memo[key] = len(fn() or ())
             if reuse:
-                if len(self._same) >= 200_000:
-                    self._same.clear()
-                self._same[(id(msg), flags)] = (msg, n)
-            total += n
+                total += self._same.get((msg,), self._counted, msg, flags, fn, key=flags)
+            else:
+                total += self._counted(msg, flags, fn)
         return total
+
+    def _counted(self, msg: Any, flags: tuple[Any, ...], encode: Any) -> int:
+        """The count of a normalized message under its flags, memoized by its JSON."""
+        key = (type(msg).__name__, msg.model_dump_json(), flags)
+        n = self._memo.get(key)
+        if n is None:
+            if len(self._memo) >= 200_000:
+                self._memo.clear()
+            n = self._memo[key] = len(encode() or ())
+        return n
 
     def full_tokens(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> list[int]:
         """mistral-common's own encoding of the whole request (for proofs and tests)."""

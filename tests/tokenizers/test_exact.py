@@ -180,7 +180,8 @@ def test_mistral_audit_turns_reuse_off_on_a_difference():
         messages.pop()
     exact = _mistral_own(messages, tools)
     counter.count_prompt(messages, tools)
-    counter._same.update({k: (m, n + 1) for k, (m, n) in counter._same.items()})  # a cache gone wrong
+    memo = counter._same._items  # a cache gone wrong: every remembered count one too high
+    memo.update({k: (objects, n + 1) for k, (objects, n) in memo.items()})
     counter.audit_every = 1
     assert counter.count_prompt(messages, tools) == exact
     assert counter.off and any("reuse is off" in n for n in counter.notes)

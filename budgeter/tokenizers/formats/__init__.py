@@ -146,25 +146,18 @@ def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
     """``tojson`` of the same container again answers from a memo. The tool schemas and parsed
     arguments a template serializes are the same objects on every build (the session's tools,
     the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
-    the answer is the text made the first time. Keyed by identity, the object held so its id stays
-    its own; anything but a dict or list is serialized as before."""
+    the answer is the text made the first time. Anything but a dict or list is serialized as before."""
+    from budgeter.core.memo import IdentityMemo
+
     tojson = env.filters.get("tojson")
     if tojson is None or getattr(tojson, "_budgeter_memo", False):
         return
-    memo: dict[tuple[Any, ...], tuple[Any, str]] = {}
+    memo = IdentityMemo(limit=limit)
 
     def memo_tojson(x: Any, *args: Any, **kwargs: Any) -> Any:
         if type(x) not in (dict, list):
             return tojson(x, *args, **kwargs)
-        key = (id(x), args, tuple(sorted(kwargs.items())))
-        hit = memo.get(key)
-        if hit is not None and hit[0] is x:
-            return hit[1]
-        text = tojson(x, *args, **kwargs)
-        if len(memo) >= limit:
-            memo.clear()
-        memo[key] = (x, text)
-        return text
+        return memo.get((x,), lambda: tojson(x, *args, **kwargs), key=(args, tuple(sorted(kwargs.items()))))
 
     memo_tojson._budgeter_memo = True  # type: ignore[attr-defined]
     env.filters["tojson"] = memo_tojson
