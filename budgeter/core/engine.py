@@ -119,7 +119,7 @@ class Session:
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
-                      superseded=self.superseded, memo=self._memo)
+                      superseded=self.superseded, memo=self._memo, fresh=self._planned)
         view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
         view, steps = run(ALWAYS, view, ctx)
         before = ctx.exact(view)

@@ -98,6 +98,9 @@ class Context:
     """The rendered prompt that ``total`` counted ('' where the encoding has no text form)."""
     memo: RenderMemo | None = None
     """The session's previous render, so that a prompt extending it renders only its tail."""
+    fresh: int = 0
+    """History index of the first message new to this session's plan: items standing for earlier
+    ones went through every ``ALWAYS`` step in an earlier build (0: every item is new)."""
     _delta: int = 0
     _counted: View | None = None
 

@@ -27,7 +27,7 @@ from budgeter.core.classify import FileOp
 from budgeter.core.facts import CallFacts, CallRef, History
 from budgeter.core.jsonargs import dumps
 from budgeter.core.markers import fmt_chars, handle_for, marker
-from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View, units
+from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View
 from budgeter.core.sniff import sniff, suggest_path
 
 STUB_LEAF_CHARS = 120
@@ -42,19 +42,61 @@ class Failure:
 
 
 def failures_in(view: View, log: History) -> list[Failure]:
-    """Failed calls of the view that have their real result, in view order."""
-    out = []
-    for unit in units(view):
-        head = view[unit[0]]
-        if not head.message.tool_calls or head.kind in (Kind.DIGEST, Kind.ORPHAN):
+    """Failed calls of the view that have their real result in the call's turn, in view order.
+
+    Found from the history's failed calls (``log.retries`` holds every one), not by walking the
+    view's turns: a long session's view holds hundreds of messages and a few failures, and this
+    runs on every build."""
+    failed = _failed_calls(log)
+    if not failed:
+        return []
+    at = {item.index: p for p, item in enumerate(view) if item.kind is not Kind.SYNTHETIC}
+    found: list[tuple[int, int, Failure]] = []
+    for ref, cf in failed:
+        call_pos = at.get(ref[0])
+        if call_pos is None:
             continue
-        results = {view[p].message.tool_call_id: p for p in unit[1:] if view[p].kind is not Kind.SYNTHETIC}
-        for call in head.message.tool_calls:
-            ref = log.call_at.get(call.id)
-            pos = results.get(call.id)
-            if ref is not None and ref[0] == head.index and pos is not None and log.failed(ref):
-                out.append(Failure(ref, unit[0], pos, log.call(ref)))
-    return out
+        head = view[call_pos]
+        if head.kind is Kind.DIGEST or head.kind is Kind.ORPHAN:
+            continue
+        calls = head.message.tool_calls
+        order = next((k for k, c in enumerate(calls) if c.id == cf.id), None)
+        if order is None:  # folded into a later retry: its call left the message
+            continue
+        result_pos = _result_in_turn(view, call_pos, cf.id, {c.id for c in calls})
+        if result_pos is not None:
+            found.append((call_pos, order, Failure(ref, call_pos, result_pos, cf)))
+    found.sort(key=lambda x: (x[0], x[1]))
+    return [f for _, _, f in found]
+
+
+def _failed_calls(log: History) -> list[tuple[CallRef, CallFacts]]:
+    """Every failed call of the history that owns its id (the first call with that id, which its
+    results answer), oldest failure first; kept up to date as failures are recorded (a call's
+    failure, once recorded, never changes)."""
+    memo = log.memo.setdefault("failed_calls", {})
+    known: list[tuple[CallRef, CallFacts]] = memo.setdefault("list", [])
+    seen = memo.get("seen", 0)
+    if seen < len(log.retries):
+        for ref in list(log.retries)[seen:]:
+            cf = log.call(ref)
+            if log.call_at.get(cf.id) == ref and log.failed(ref):
+                known.append((ref, cf))
+        memo["seen"] = len(log.retries)
+    return known
+
+
+def _result_in_turn(view: View, call_pos: int, call_id: str, open_ids: set[str]) -> int | None:
+    """The position of ``call_id``'s result among the tool results that follow its call (the
+    call's turn, as ``units`` groups it); None when it is not there (or only stood in for)."""
+    pos = None
+    for p in range(call_pos + 1, len(view)):
+        m = view[p].message
+        if m.role != "tool" or m.tool_call_id not in open_ids:
+            break
+        if m.tool_call_id == call_id and view[p].kind is not Kind.SYNTHETIC:
+            pos = p
+    return pos
 
 
 def tidy_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
@@ -111,14 +153,20 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     memo = log.memo.setdefault("tidy_failures", {})
     state = (f.ref, len(_run(f, log)), log.answered(f.ref), log.resolved_by.get(f.ref), pressed,
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
-    key = (state, call_item, result_item)
-    hit = memo.get(key)
-    if hit is None:
-        if len(memo) > 20_000:
-            memo.clear()
-        hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
+    last = memo.get(f.ref)  # the same items as last build (most builds): no hashing of items
+    if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
+        hit = last[3]
+    else:
+        key = (state, call_item, result_item)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > 20_000:
+                memo.clear()
+            hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
+        memo[f.ref] = (state, call_item, result_item, hit)
     ctx.payloads.update(hit[3])
-    return hit[0], hit[1], hit[2] if hit[0] != call_item or hit[1] != result_item else None
+    changed = (hit[0] is not call_item and hit[0] != call_item) or (hit[1] is not result_item and hit[1] != result_item)
+    return hit[0], hit[1], hit[2] if changed else None
 
 
 def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,

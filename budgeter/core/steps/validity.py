@@ -58,9 +58,14 @@ def _orphan(item: Item) -> Item:
 
 
 def stand_in_json(view: View, ctx: Context) -> tuple[View, StepReport]:
-    out: list[Item] = []
+    """Only the build's new items are looked at: an earlier build's items went through this step
+    then, and no later step makes an item raw again with calls to fix."""
+    start = len(view)
+    while start > 0 and (view[start - 1].index >= ctx.fresh or view[start - 1].kind is Kind.SYNTHETIC):
+        start -= 1
+    out: list[Item] = list(view[:start])
     actions: list[Action] = []
-    for item in view:
+    for item in view[start:]:
         if item.kind is not Kind.RAW or not item.message.tool_calls:
             out.append(item)
             continue
