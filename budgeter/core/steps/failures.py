@@ -137,7 +137,7 @@ def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]
             drop.add(pos)
         else:
             items[pos] = replace(items[pos], message=replace(m, tool_calls=calls), kind=Kind.STUB)
-    out = tuple(it for p, it in enumerate(items) if p not in drop)
+    out = tuple(it for p, it in enumerate(items) if p not in drop) if drop else tuple(items)
     if drop:
         actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
     name = "collapse_pending_failures" if pressed else "tidy_failures"
