@@ -34,10 +34,8 @@ from typing import Any
 
 log = logging.getLogger("budgeter.counting")
 
-MIN_MESSAGES = 4
-"""Shorter conversations render whole. From four messages on, a window already costs less: on
-60K-char sessions (prompts of 4-30 messages) windows from 4 on took a turn 5-7% below windows
-from 16 on, measured with fresh sessions."""
+MIN_MESSAGES = 16
+"""Shorter conversations render whole: a window and its checks would cost about as much."""
 KEEP = 64
 """Anchors kept at or before a window's start (a change some turns back still finds one), so that
 the list stays short in a long session that never compacts."""
