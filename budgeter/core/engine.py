@@ -94,6 +94,9 @@ class Session:
         self._last_handles: tuple[str, ...] = ()
         self.builds = 0
         self._memo = RenderMemo()
+        self._settled = False
+        """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
+        self._failures_seen = 0
 
     @property
     def history(self) -> list[Message]:
@@ -120,6 +123,10 @@ class Session:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
                       superseded=self.superseded, memo=self._memo, fresh=self._planned)
+        changed = self.log.changed_failures
+        if self._settled:
+            ctx.dirty = set(changed[self._failures_seen:])
+        self._failures_seen = len(changed)
         view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
         view, steps = run(ALWAYS, view, ctx)
         before = ctx.exact(view)
@@ -130,6 +137,7 @@ class Session:
         self.payloads.update(ctx.payloads)
         self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
         self._planned = len(self.log)
+        self._settled = not compacted
         return self._result(view, before, compacted, steps, ctx)
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],

@@ -78,6 +78,12 @@ class History:
     memo: dict[str, dict[Any, Any]] = field(default_factory=dict)
     """Per-step caches of results that are functions of the history's state (e.g. a collapsed
     failure), so a step does not redo them on every build."""
+    changed_failures: list[CallRef] = field(default_factory=list)
+    """Failed calls in the order their state changed (recorded, got their result, joined by a
+    retry, answered by a later assistant message, resolved by a later success; a call may appear
+    more than once): a build that knows how far it read here looks only at the calls past that."""
+    _unanswered: list[tuple[int, CallRef]] = field(default_factory=list)
+    """(result index, failed call) of failures the model has not answered yet."""
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -90,6 +96,9 @@ class History:
         self.facts.append(facts)
         if m.role == "assistant":
             self.last_assistant = index
+            if self._unanswered:  # the model has now seen these failures' results
+                self.changed_failures.extend(ref for _, ref in self._unanswered)
+                self._unanswered.clear()
         for no, cf in enumerate(facts.calls):
             self.call_at.setdefault(cf.id, (index, no))
             if cf.op is FileOp.WRITE and cf.path.lower().endswith((".html", ".htm")):
@@ -179,6 +188,9 @@ class History:
         cf = self.call(ref)
         if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
             self._failed(ref, cf, _first_line(m.content))
+        if cf.bad_arguments or facts.result is ResultStatus.ERROR:
+            self.changed_failures.append(ref)
+            self._unanswered.append((index, ref))
         elif facts.result is ResultStatus.OK and not cf.bad_arguments:
             self.last_success = index
             if cf.value is not None:
@@ -193,6 +205,7 @@ class History:
         else:
             run = [ref]
         self.retries[ref] = run
+        self.changed_failures.extend(run)
         same.append(ref)
         self.first_error.setdefault(cf.key, (ref[0], error))
 
@@ -207,6 +220,7 @@ class History:
                 given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}
                 if given and all(ok.value.get(k) == v for k, v in given.items()):
                     self.resolved_by[failed] = ref[0]
+                    self.changed_failures.append(failed)
 
 
 def _bad(cf: CallFacts) -> str:

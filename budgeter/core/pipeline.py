@@ -101,6 +101,10 @@ class Context:
     fresh: int = 0
     """History index of the first message new to this session's plan: items standing for earlier
     ones went through every ``ALWAYS`` step in an earlier build (0: every item is new)."""
+    dirty: set[tuple[int, int]] | None = None
+    """The failed calls whose state changed since the previous build, when that build's prompt is
+    this view's start as ``tidy_failures`` left it (no compaction since): the others need no other
+    form (None: look at every failed call)."""
     _delta: int = 0
     _counted: View | None = None
 

@@ -20,7 +20,9 @@ never touched.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Set
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from budgeter.core.classify import FileOp
@@ -41,19 +43,24 @@ class Failure:
     facts: CallFacts
 
 
-def failures_in(view: View, log: History) -> list[Failure]:
-    """Failed calls of the view that have their real result in the call's turn, in view order.
+def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> list[Failure]:
+    """Failed calls of the view that have their real result in the call's turn, in view order;
+    ``only``: of these calls alone.
 
     Found from the history's failed calls (``log.retries`` holds every one), not by walking the
     view's turns: a long session's view holds hundreds of messages and a few failures, and this
     runs on every build."""
     failed = _failed_calls(log)
+    if only is not None:
+        failed = [(ref, cf) for ref, cf in failed if ref in only]
     if not failed:
         return []
-    at = {item.index: p for p, item in enumerate(view) if item.kind is not Kind.SYNTHETIC}
+    position: Callable[[int], int | None] = partial(_position, view)  # a few calls: binary search
+    if only is None:
+        position = {item.index: p for p, item in enumerate(view) if item.kind is not Kind.SYNTHETIC}.get
     found: list[tuple[int, int, Failure]] = []
     for ref, cf in failed:
-        call_pos = at.get(ref[0])
+        call_pos = position(ref[0])
         if call_pos is None:
             continue
         head = view[call_pos]
@@ -86,6 +93,25 @@ def _failed_calls(log: History) -> list[tuple[CallRef, CallFacts]]:
     return known
 
 
+def _position(view: View, index: int) -> int | None:
+    """The position of the item that stands for history message ``index`` (not a stand-in result),
+    by binary search: items keep history order, except the stand-in results that follow a turn
+    (they carry their call's index), which are searched as the item before them."""
+    lo, hi = 0, len(view)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        k = mid
+        while k > 0 and view[k].kind is Kind.SYNTHETIC:
+            k -= 1
+        if view[k].index < index:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < len(view) and view[lo].index == index and view[lo].kind is not Kind.SYNTHETIC:
+        return lo
+    return None
+
+
 def _result_in_turn(view: View, call_pos: int, call_id: str, open_ids: set[str]) -> int | None:
     """The position of ``call_id``'s result among the tool results that follow its call (the
     call's turn, as ``units`` groups it); None when it is not there (or only stood in for)."""
@@ -110,8 +136,10 @@ def collapse_pending_failures(view: View, ctx: Context) -> tuple[View, StepRepor
 
 
 def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]:
+    """``ctx.dirty`` (not under pressure): only those failed calls can need another form; the
+    others stand in the view as the previous build's tidy left them."""
     log = ctx.log
-    found = failures_in(view, log)
+    found = failures_in(view, log, None if pressed else ctx.dirty)
     if not found:
         return view, StepReport("tidy_failures", 0, 0)
     newest: dict[CallRef, Failure] = {}
