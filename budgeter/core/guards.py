@@ -16,6 +16,7 @@ from typing import Any
 
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
+from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import ToolCall
 from budgeter.core.sniff import PathSuggestion, suggest_path
 from budgeter.core.typing import JSONDict
@@ -100,8 +101,13 @@ def _validator(schema_text: str) -> Any:
     return Draft202012Validator(schema)
 
 
+_SCHEMAS = IdentityMemo(limit=1024)
+"""Schema object -> its validator: a session's tools are the same objects on every call, and
+serializing a schema to find its validator cost more than a small schema's check."""
+
+
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _SCHEMAS.get((schema,), lambda: _validator(json.dumps(schema, sort_keys=True)))
     if isinstance(validator, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {validator}")]
     try:
