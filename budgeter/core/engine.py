@@ -144,8 +144,9 @@ class Session:
                 ctx: Context) -> BuildResult:
         messages = tuple(i.message for i in view)
         last = self._last
-        same = next((k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a is not b and a != b),
-                    min(len(last), len(messages)))
+        same = len(last) if messages[:len(last)] == last else next(  # C compares, by identity first
+            (k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a is not b and a != b),
+            min(len(last), len(messages)))
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
         handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)

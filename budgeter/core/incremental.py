@@ -99,6 +99,8 @@ def _reasoning(d: Mapping[str, Any]) -> bool:
 
 def _common(a: Sequence[Any], b: Sequence[Any]) -> int:
     n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # most builds: compared in C, by identity first
+        return n
     for i in range(n):
         if a[i] is not b[i] and a[i] != b[i]:
             return i
