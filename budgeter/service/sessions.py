@@ -139,7 +139,9 @@ class Sessions:
         info = live.info
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
-        records, results = [], []
+        records: list[str] = []
+        results: list[list[Any]] = []
+        made: list[tuple[int, tuple[CallInfo, ...], str | None]] = []
         with live.lock:
             facts = live.engine.log.preview(messages)
             previewed_at = len(live.engine.log)
@@ -148,8 +150,9 @@ class Sessions:
             for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
                 records.append(StoredMessage(text, cfg.spec, cost, pieces).encode())
-                results.append([cost, [CallInfo.of(c).to_list() for c in f.calls],
-                                f.result.value if f.result is not None else None])
+                made.append((cost, tuple(CallInfo.of(c) for c in f.calls),
+                             f.result.value if f.result is not None else None))
+                results.append([cost, [c.to_list() for c in made[-1][1]], made[-1][2]])
         expected = parse_etag(etag, info.record.incarnation) if etag else (seen if unread else None)
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,
@@ -158,9 +161,10 @@ class Sessions:
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
             facts if previewed_at == outcome.first_index else None, events=outcome.events)
-        stored = json.loads(outcome.result)
-        appended = tuple(Appended(outcome.first_index + i, cost, tuple(CallInfo.from_list(c) for c in calls), result)
-                         for i, (cost, calls, result) in enumerate(stored))
+        if outcome.replayed:  # what the first append answered, as stored
+            made = [(cost, tuple(CallInfo.from_list(c) for c in calls), result)
+                    for cost, calls, result in json.loads(outcome.result)]
+        appended = tuple(Appended(outcome.first_index + i, *m) for i, m in enumerate(made))
         return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
                             outcome.version, outcome.replayed, cfg.tokenizer, current)
 
