@@ -68,9 +68,14 @@ class PieceCounter:
         return [p for p in self._split(text)[0::2] if p]
 
     def piece_counts(self, text: str) -> list[int]:
-        pieces = self.ordinary(text)
-        self._pieces(pieces)
-        return [self._cache[p] for p in pieces]
+        return self.counted(text)[1]
+
+    def counted(self, text: str) -> tuple[int, list[int]]:
+        """``count(text)`` and the counts of its non-empty pieces, from one split."""
+        parts = self._split(text) if self._split is not None else [text]
+        pieces = [p for p in parts[0::2] if p]
+        total = self._pieces(pieces)
+        return len(parts) // 2 + total, [self._cache[p] for p in pieces]
 
     def seed(self, text: str, counts: Sequence[int]) -> bool:
         """Learn piece counts computed elsewhere (another replica) for ``text``; False when they
@@ -83,16 +88,18 @@ class PieceCounter:
         return True
 
     def _pieces(self, pieces: Sequence[str]) -> int:
+        """The summed counts of ``pieces``; after it, every one of them is in the cache."""
         cache = self._cache
         missing = {p for p in pieces if p and p not in cache}
+        if missing and len(cache) + len(missing) > self._max:  # evict first: these pieces stay
+            for key in list(cache)[: len(cache) // 2]:
+                del cache[key]
+            missing = {p for p in pieces if p and p not in cache}
         if missing:
             self._learn(list(missing))
         return sum(cache[p] for p in pieces if p)
 
     def _learn(self, texts: list[str]) -> None:
-        if len(self._cache) + len(texts) > self._max:
-            for key in list(self._cache)[: len(self._cache) // 2]:
-                del self._cache[key]
         encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
         for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
             self._cache[text] = n
@@ -188,10 +195,11 @@ class TemplateCounter:
         """The message's cost and the counts of its pieces, to store beside it so that another
         replica can ``import_cost`` them instead of tokenizing the message again."""
         text = self._isolated_text(message)  # rendered once, for the cost and the piece counts
+        total, counts = self.pieces.counted(text) if text is not None else (None, [])
         cost = self._costs.get(message)
         if cost is None:
-            cost = self._remember(message, text)
-        return cost, self.pieces.piece_counts(text) if text is not None else []
+            cost = self._remember(message, text, total)
+        return cost, counts
 
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
         if message in self._costs:  # counted here already (this replica appended it): nothing to learn
@@ -210,16 +218,17 @@ class TemplateCounter:
         except Exception:  # templates that reject a lone message (alternation rules)
             return None
 
-    def _remember(self, m: Message, text: str | None) -> int:
+    def _remember(self, m: Message, text: str | None, counted: int | None = None) -> int:
         """Cache the cost of ``m`` from its lone render ``text`` (None: the template refuses a lone
-        message, so its content and calls plus a turn's framing are counted)."""
+        message, so its content and calls plus a turn's framing are counted); ``counted``: the
+        count of ``text`` when the caller has it."""
         if len(self._costs) > 200_000:
             self._costs.clear()
         if text is None:
             raw = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
             cost = self.pieces.count(raw) + 8
         else:
-            cost = self.pieces.count(text)
+            cost = self.pieces.count(text) if counted is None else counted
         self._costs[m] = cost
         return cost
 
