@@ -188,13 +188,13 @@ class History:
         cf = self.call(ref)
         if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
             self._failed(ref, cf, _first_line(m.content))
-        if cf.bad_arguments or facts.result is ResultStatus.ERROR:
-            self.changed_failures.append(ref)
-            self._unanswered.append((index, ref))
         elif facts.result is ResultStatus.OK and not cf.bad_arguments:
             self.last_success = index
             if cf.value is not None:
                 self._resolve(ref, cf)
+        if cf.bad_arguments or facts.result is ResultStatus.ERROR:  # a failed call has its result now
+            self.changed_failures.append(ref)
+            self._unanswered.append((index, ref))
 
     def _failed(self, ref: CallRef, cf: CallFacts, error: str) -> None:
         same = self.failures.setdefault(cf.key, [])
