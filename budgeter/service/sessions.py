@@ -140,7 +140,6 @@ class Sessions:
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
         records: list[str] = []
-        results: list[list[Any]] = []
         made: list[tuple[int, tuple[CallInfo, ...], str | None]] = []
         with live.lock:
             facts = live.engine.log.preview(messages)
@@ -152,7 +151,7 @@ class Sessions:
                 records.append(StoredMessage(text, cfg.spec, cost, pieces).encode())
                 made.append((cost, tuple(CallInfo.of(c) for c in f.calls),
                              f.result.value if f.result is not None else None))
-                results.append([cost, [c.to_list() for c in made[-1][1]], made[-1][2]])
+        results = [[cost, [c.to_list() for c in calls], status] for cost, calls, status in made]  # as stored
         expected = parse_etag(etag, info.record.incarnation) if etag else (seen if unread else None)
         outcome = self.store.append(
             info.id, records, incarnation=info.record.incarnation, request_id=request_id,

@@ -179,9 +179,10 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     the failures they collapsed before."""
     log = ctx.log
     memo = log.memo.setdefault("tidy_failures", {})
+    latest = log.memo.setdefault("tidy_failures_latest", {})  # per failed call: its last lookup
     state = (f.ref, len(_run(f, log)), log.answered(f.ref), log.resolved_by.get(f.ref), pressed,
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
-    last = memo.get(f.ref)  # the same items as last build (most builds): no hashing of items
+    last = latest.get(f.ref)  # the same items as last build (most builds): no hashing of items
     if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
         hit = last[3]
     else:
@@ -191,7 +192,7 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
             if len(memo) > 20_000:
                 memo.clear()
             hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
-        memo[f.ref] = (state, call_item, result_item, hit)
+        latest[f.ref] = (state, call_item, result_item, hit)
     ctx.payloads.update(hit[3])
     changed = (hit[0] is not call_item and hit[0] != call_item) or (hit[1] is not result_item and hit[1] != result_item)
     return hit[0], hit[1], hit[2] if changed else None
