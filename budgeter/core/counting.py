@@ -243,10 +243,12 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of two strings (binary search over C-level compares)."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
+def shared_prefix(a: str, b: str, *, known: int = 0) -> int:
+    """Length of the longest common prefix of two strings (binary search over C-level compares).
+    ``known``: a length both are known to share; only what follows it is compared (copied)."""
+    hi = min(len(a), len(b))
+    lo = min(known, hi)
+    if a[lo:hi] == b[lo:hi]:
         return hi
     while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
         mid = (lo + hi + 1) // 2

@@ -161,7 +161,8 @@ class Session:
             return 0
         after = getattr(self.counter, "tokens_after", None)
         if ctx.text and self._last_text and after is not None:
-            return ctx.total - after(ctx.text, shared_prefix(self._last_text, ctx.text))
+            known = self._memo.shared_with(self._last_text, ctx.text)
+            return ctx.total - after(ctx.text, shared_prefix(self._last_text, ctx.text, known=known))
         return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
 
 

@@ -64,6 +64,14 @@ class RenderMemo:
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
+    before: str = ""
+    agreed: int = 0
+    """The text ``text`` replaced, and how many leading characters the two share by construction
+    (a windowed render keeps the text before its overlap's end; 0 after a full render)."""
+
+    def shared_with(self, previous: str, text: str) -> int:
+        """A length both texts are known to share (0 when unknown): where a comparison may start."""
+        return self.agreed if previous is self.before and text is self.text else 0
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -168,7 +176,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.builds += 1
     if got is not None:
         state.windowed += 1
-        total, text, anchors = got
+        total, text, anchors, agreed = got
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
             if full != text or count(full) != total:
@@ -179,6 +187,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         state.full += 1
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
+    memo.before, memo.agreed = memo.text, agreed if got is not None else 0
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
     if got is None and worth:
@@ -187,7 +196,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
 
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
-              render_fn: Render, after: Callable[[str, int], int]) -> tuple[int, str, dict[int, int]] | None:
+              render_fn: Render, after: Callable[[str, int], int]) -> tuple[int, str, dict[int, int], int] | None:
     if not memo.anchors or (memo.tools is not tools and memo.tools != tools):
         return None
     same = _common(memo.dicts, dicts)
@@ -214,4 +223,4 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
-    return total, text, anchors
+    return total, text, anchors, same

@@ -1,8 +1,11 @@
-"""PieceCounter: counts by pieces between special tokens, with a bounded cache."""
+"""PieceCounter: counts by pieces between special tokens, with a bounded cache; shared_prefix."""
 
 from __future__ import annotations
 
-from budgeter.core.counting import PieceCounter
+from hypothesis import given
+from hypothesis import strategies as st
+
+from budgeter.core.counting import PieceCounter, shared_prefix
 from budgeter.tokenizers.backends import HFTokenizer
 
 TEXTS = ["alpha beta<|im_end|>gamma", "alpha beta<|im_end|>delta<|im_start|>epsilon zeta",
@@ -30,3 +33,10 @@ def test_counted_is_count_and_piece_counts(tiny_bpe_path):
         assert total == counter.count(text)
         assert counts == counter.piece_counts(text) and len(counts) == len(counter.ordinary(text))
         assert total == sum(counts) + text.count("<|im_end|>") + text.count("<|im_start|>")
+
+
+@given(st.text(alphabet="ab上", max_size=30), st.text(alphabet="ab上", max_size=30), st.integers(0, 40))
+def test_shared_prefix_from_a_known_length_equals_a_plain_comparison(a, b, known):
+    plain = shared_prefix(a, b)
+    assert a[:plain] == b[:plain] and (plain == min(len(a), len(b)) or a[plain] != b[plain])
+    assert shared_prefix(a, b, known=min(known, plain)) == plain

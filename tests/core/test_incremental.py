@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budgeter.core.counting import shared_prefix
 from budgeter.core.engine import Session
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import Policy
@@ -50,6 +51,7 @@ def conversations(draw) -> list[list[Message]]:
 def _replay(counter, turns: list[list[Message]], window: int) -> None:
     counter.windowed.audit_every = 10**9  # no audit: a wrong window must show here, not be repaired
     session = Session(counter, policy=Policy(window=window, reserve=256), tools=TOOLS)
+    previous = ""
     for turn in turns:
         session.append(turn)
         try:
@@ -58,6 +60,12 @@ def _replay(counter, turns: list[list[Message]], window: int) -> None:
             return
         full, text = counter.count_rendered(list(result.messages), TOOLS)
         assert (result.tokens, session._memo.text) == (full, text)
+        memo = session._memo  # the agreement a window claims holds
+        assert memo.before[:memo.agreed] == memo.text[:memo.agreed]
+        # what a server can reuse, from the window's known agreement, equals a plain comparison
+        reusable = full - counter.tokens_after(text, shared_prefix(previous, text)) if previous else 0
+        assert result.cache_break_tokens == reusable
+        previous = text
     assert not counter.windowed.off
 
 
