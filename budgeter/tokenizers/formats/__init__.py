@@ -125,13 +125,16 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
         return sandboxed(obj, attribute)
 
     sandboxed_call = env.call
+    namespace = env.globals.get("namespace", getattr_)  # (a stand-in no template calls when absent)
 
     def call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        """``content.strip()`` and macro calls: the sandbox's answer for a public method of a str
-        (not format/format_map) or a template macro is always "safe", and ``Context.call`` then
-        only drops the loop/block variables it was handed."""
+        """``content.strip()``, macro calls and ``namespace(...)``: the sandbox's answer for a
+        public method of a str (not format/format_map), a template macro or the environment's own
+        namespace class (no ``unsafe_callable``, no pass-argument marker) is always "safe", and
+        ``Context.call`` then only drops the loop/block variables it was handed."""
         kind = type(obj)
-        if (kind is Macro or (kind is _BUILTIN and type(obj.__self__) is str and obj.__name__ not in _STR_FORMAT)):
+        if (kind is Macro or obj is namespace
+                or (kind is _BUILTIN and type(obj.__self__) is str and obj.__name__ not in _STR_FORMAT)):
             kwargs.pop("_loop_vars", None)
             kwargs.pop("_block_vars", None)
             return obj(*args, **kwargs)
