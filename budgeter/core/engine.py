@@ -91,6 +91,8 @@ class Session:
         self._planned = 0
         self._last: tuple[Message, ...] = ()
         self._last_text = ""
+        self._last_render = -1
+        """The render number (``RenderMemo.builds``) that made ``_last_text``; -1: not the memo's."""
         self._last_handles: tuple[str, ...] = ()
         self.builds = 0
         self._memo = RenderMemo()
@@ -151,6 +153,7 @@ class Session:
         reuse = self._reusable_tokens(messages, same, ctx)
         handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
         self._last, self._last_text, self._last_handles = messages, ctx.text, handles
+        self._last_render = self._memo.builds if ctx.text is self._memo.text else -1
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
@@ -161,7 +164,7 @@ class Session:
             return 0
         after = getattr(self.counter, "tokens_after", None)
         if ctx.text and self._last_text and after is not None:
-            known = self._memo.shared_with(self._last_text, ctx.text)
+            known = self._memo.shared_with(self._last_render, ctx.text)
             return ctx.total - after(ctx.text, shared_prefix(self._last_text, ctx.text, known=known))
         return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
 

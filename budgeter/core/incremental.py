@@ -64,14 +64,15 @@ class RenderMemo:
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
-    before: str = ""
     agreed: int = 0
-    """The text ``text`` replaced, and how many leading characters the two share by construction
-    (a windowed render keeps the text before its overlap's end; 0 after a full render)."""
+    replaced: int = -1
+    """How many leading characters ``text`` shares by construction with the text of render number
+    ``replaced`` (``builds`` counts renders): a windowed render keeps the text up to its overlap's
+    end; 0 after a full render."""
 
-    def shared_with(self, previous: str, text: str) -> int:
-        """A length both texts are known to share (0 when unknown): where a comparison may start."""
-        return self.agreed if previous is self.before and text is self.text else 0
+    def shared_with(self, serial: int, text: str) -> int:
+        """A length ``text`` is known to share with render ``serial``'s text (0 when unknown)."""
+        return self.agreed if serial == self.replaced and text is self.text else 0
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -187,7 +188,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         state.full += 1
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
-    memo.before, memo.agreed = memo.text, agreed if got is not None else 0
+    memo.replaced, memo.agreed = memo.builds - 1, agreed if got is not None else 0
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
     if got is None and worth:
