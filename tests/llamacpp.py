@@ -273,6 +273,9 @@ def serve(model: str | Path, *, chat_template_file: str | Path | None = None, ct
     port = free_port()
     args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--jinja",
             "-c", str(ctx_size), "-np", "1", "-t", str(threads), "--no-warmup", "--no-webui",
+            # weights as stored: repacking them for the CPU (AMX on machines that have it) only
+            # speeds up compute, and it crashed loading a Q4_K model (SIGSEGV) on an AMX machine
+            "--no-repack",
             *(["--chat-template-file", str(chat_template_file)] if chat_template_file else []),
             *extra_args]
     log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
