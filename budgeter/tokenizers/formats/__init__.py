@@ -125,7 +125,7 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
         return sandboxed(obj, attribute)
 
     sandboxed_call = env.call
-    namespace = env.globals.get("namespace", getattr_)  # (a stand-in no template calls when absent)
+    namespace = env.globals.get("namespace", object())  # (when absent: a stand-in no template calls)
 
     def call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
         """``content.strip()``, macro calls and ``namespace(...)``: the sandbox's answer for a
