@@ -16,7 +16,7 @@ from typing import Any
 
 from budgeter.core.counting import shared_prefix
 from budgeter.core.facts import Facts, History
-from budgeter.core.incremental import RenderMemo
+from budgeter.core.incremental import RenderMemo, common_length
 from budgeter.core.markers import contains_marker, handles_in
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
@@ -146,9 +146,7 @@ class Session:
                 ctx: Context) -> BuildResult:
         messages = tuple(i.message for i in view)
         last = self._last
-        same = len(last) if messages[:len(last)] == last else next(  # C compares, by identity first
-            (k for k, (a, b) in enumerate(zip(last, messages, strict=False)) if a is not b and a != b),
-            min(len(last), len(messages)))
+        same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
         handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)

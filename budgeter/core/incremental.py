@@ -111,7 +111,8 @@ def _reasoning(d: Mapping[str, Any]) -> bool:
         isinstance(content, str) and "</think>" in content)
 
 
-def _common(a: Sequence[Any], b: Sequence[Any]) -> int:
+def common_length(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items two sequences share (equal, or the same object)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:  # most builds: compared in C, by identity first
         return n
@@ -157,7 +158,7 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
     found = 0
     for at in _starts(dicts, end):
         tail = _tail_text(render, memo, _head(dicts, at), dicts[at:end], False)
-        if tail is not None and memo.text[:stop].endswith(tail):
+        if tail is not None and memo.text.endswith(tail, 0, stop):  # no copy of the prompt
             memo.anchors[at] = stop - len(tail)
             found += 1
             if found == ANCHORS_AFTER_FULL:
@@ -200,7 +201,7 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
               render_fn: Render, after: Callable[[str, int], int]) -> tuple[int, str, dict[int, int], int] | None:
     if not memo.anchors or (memo.tools is not tools and memo.tools != tools):
         return None
-    same = _common(memo.dicts, dicts)
+    same = common_length(memo.dicts, dicts)
     ends = [i for i in memo.anchors if i <= same]
     if not ends:
         return None
