@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from budgeter.errors import InvalidInput
@@ -61,10 +61,17 @@ class Policy:
         return problems
 
 
+_POLICY_FIELDS = tuple(f.name for f in fields(Policy))
+_FILE_TOOLS_FIELDS = tuple(f.name for f in fields(FileTools))
+
+
 def policy_to_dict(policy: Policy) -> dict[str, Any]:
-    out = asdict(policy)
-    out["file_tools"] = {k: sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple)
-                         else v for k, v in out["file_tools"].items()}
+    """Plain JSON-ready values. Every field is immutable, so this reads them instead of
+    ``dataclasses.asdict``, whose deep copies were most of a ``GetSession`` call's own work."""
+    out = {name: getattr(policy, name) for name in _POLICY_FIELDS}
+    ft = policy.file_tools
+    out["file_tools"] = {k: sorted(v) if isinstance(v, frozenset) else list(v) if isinstance(v, tuple) else v
+                         for k, v in ((name, getattr(ft, name)) for name in _FILE_TOOLS_FIELDS)}
     return out
 
 

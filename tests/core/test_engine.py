@@ -150,3 +150,15 @@ def test_pairing_is_repaired_for_orphans_and_missing_results(qwen36):
     out = trim(msgs, counter=qwen36).openai_messages()
     assert [m["role"] for m in out] == ["user", "user", "assistant", "tool"]
     assert "orphan output" in out[1]["content"] and out[3]["tool_call_id"] == "a"
+
+
+def test_policy_dict_round_trips_through_json():
+    from budgeter.core.policy import FileTools, policy_from_dict, policy_to_dict
+
+    policy = Policy(window=9000, reserve=100, low_water=0.5, protect_tail_turns=3,
+                    file_tools=FileTools(reads=frozenset({"cat", "view"}), by_shape=False,
+                                         path_keys=("target",)))
+    raw = json.loads(json.dumps(policy_to_dict(policy)))
+    assert raw["file_tools"]["reads"] == ["cat", "view"] and raw["file_tools"]["path_keys"] == ["target"]
+    assert policy_from_dict(raw) == policy
+    assert policy_from_dict(json.loads(json.dumps(policy_to_dict(Policy())))) == Policy()
