@@ -69,6 +69,10 @@ class History:
     """Failed call -> its run of identical retries (shared list, oldest first): identical failures
     with no successful call between them. A later identical failure after other work succeeded
     (the same test run again after an edit) starts a new run."""
+    owned_failures: list[CallRef] = field(default_factory=list)
+    """Failed calls that own their id (the first call with that id, which its results answer),
+    oldest failure first. A call's failure, once recorded, never changes (a second result for an
+    id is not recorded)."""
     resolved_by: dict[CallRef, int] = field(default_factory=dict)
     """Failed call -> index of the later call that succeeded with the same payload."""
     last_assistant: int = -1
@@ -205,6 +209,8 @@ class History:
         else:
             run = [ref]
         self.retries[ref] = run
+        if self.call_at.get(cf.id) == ref:
+            self.owned_failures.append(ref)
         self.changed_failures.extend(run)
         same.append(ref)
         self.first_error.setdefault(cf.key, (ref[0], error))

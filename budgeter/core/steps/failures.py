@@ -47,12 +47,10 @@ def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> l
     """Failed calls of the view that have their real result in the call's turn, in view order;
     ``only``: of these calls alone.
 
-    Found from the history's failed calls (``log.retries`` holds every one), not by walking the
-    view's turns: a long session's view holds hundreds of messages and a few failures, and this
-    runs on every build."""
-    failed = _failed_calls(log)
-    if only is not None:
-        failed = [(ref, cf) for ref, cf in failed if ref in only]
+    Found from the history's failed calls (``log.owned_failures``), not by walking the view's
+    turns: a long session's view holds hundreds of messages and a few failures, and this runs on
+    every build."""
+    failed = [(ref, log.call(ref)) for ref in log.owned_failures if only is None or ref in only]
     if not failed:
         return []
     position: Callable[[int], int | None] = partial(_position, view)  # a few calls: binary search
@@ -75,22 +73,6 @@ def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> l
             found.append((call_pos, order, Failure(ref, call_pos, result_pos, cf)))
     found.sort(key=lambda x: (x[0], x[1]))
     return [f for _, _, f in found]
-
-
-def _failed_calls(log: History) -> list[tuple[CallRef, CallFacts]]:
-    """Every failed call of the history that owns its id (the first call with that id, which its
-    results answer), oldest failure first; kept up to date as failures are recorded (a call's
-    failure, once recorded, never changes)."""
-    memo = log.memo.setdefault("failed_calls", {})
-    known: list[tuple[CallRef, CallFacts]] = memo.setdefault("list", [])
-    seen = memo.get("seen", 0)
-    if seen < len(log.retries):
-        for ref in list(log.retries)[seen:]:
-            cf = log.call(ref)
-            if log.call_at.get(cf.id) == ref and log.failed(ref):
-                known.append((ref, cf))
-        memo["seen"] = len(log.retries)
-    return known
 
 
 def _position(view: View, index: int) -> int | None:
