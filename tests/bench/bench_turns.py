@@ -1,7 +1,7 @@
 """One-call turns through the session layer alone, in one thread: what a replica's engine spends
 per turn, without gRPC or a client in the same process. Made to be sampled by a profiler:
 
-    python -m tests.bench.bench_turns [--profile qwen3.6] [--repeat 4]
+    python -m tests.bench.bench_turns [--profile qwen3.6] [--repeat 4] [--cold 64]
     py-spy record -f raw -o turns.txt -- python -m tests.bench.bench_turns --repeat 12
 
 Each turn appends the assistant message with its tool results (or a user message) to a memory
@@ -9,6 +9,12 @@ store session and builds the prompt, then converts it as ``BuildPrompt`` would f
 holds the previous prompt (``known_prompt``). Sessions: three generated coding sessions of 300K
 chars at a 32K window, as ``bench_service`` replays them. The turns run inside ``turn_loop``, so a
 profile can keep only the samples under it.
+
+``--cold MB``: before each turn (outside its timing), write over MB megabytes of memory, so the
+turn starts with the caches a replica under load finds: the other processes on the same cores (the
+other replica, the agents, Redis) run between two of its turns and evict its data from the shared
+last-level cache (32 MB here). 64 flushes it; 0 (the default) keeps the caches as the previous turn
+left them, which no loaded replica sees.
 """
 
 from __future__ import annotations
@@ -28,13 +34,27 @@ from tests.bench.bench_service import pct, profile_spec, turns
 from tests.bench.sessions import make_session
 
 
-def turn_loop(sessions: Sessions, name: str, bodies: list[dict], repeat: int) -> list[float]:
+class Evictor:
+    """Writes one byte per cache line over ``megabytes`` of memory on each call."""
+
+    def __init__(self, megabytes: int) -> None:
+        self.buffer = bytearray(megabytes << 20)
+        self.zeros = bytes(len(range(0, len(self.buffer), 64)))
+
+    def __call__(self) -> None:
+        self.buffer[::64] = self.zeros
+
+
+def turn_loop(sessions: Sessions, name: str, bodies: list[dict], repeat: int,
+              evict: Evictor | None = None) -> list[float]:
     times = []
     for _ in range(repeat):
         for body in bodies:
             info = sessions.create(tokenizer=name, tools=body["tools"], policy={"window": 32768})
             known = ""
             for turn in turns(body["messages"]):
+                if evict is not None:
+                    evict()
                 t0 = time.perf_counter()
                 appended = sessions.append(info.id, from_openai_list(turn))
                 built = sessions.build(info.id, after=appended, known=known)
@@ -48,6 +68,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="qwen3.6")
     ap.add_argument("--repeat", type=int, default=4)
+    ap.add_argument("--cold", type=int, default=0, metavar="MB",
+                    help="write over MB megabytes before each turn (the caches a loaded replica finds)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = profile_spec(args.profile, tmp)
@@ -58,9 +80,11 @@ def main() -> None:
         sessions = Sessions(open_store("memory://"), profiles)
         bodies = [make_session(seed, chars=300_000) for seed in range(3)]
         turn_loop(sessions, args.profile, bodies[:1], 1)  # warm-up
-        times = turn_loop(sessions, args.profile, bodies, args.repeat)
-    print(f"{args.profile}: {len(times)} one-call turns in the session layer, p50 {statistics.median(times):.2f} ms, "
-          f"p90 {pct(times, 0.9):.2f} ms, p99 {pct(times, 0.99):.2f} ms")
+        times = turn_loop(sessions, args.profile, bodies, args.repeat,
+                          Evictor(args.cold) if args.cold > 0 else None)
+    caches = f", caches cold ({args.cold} MB written over before each turn)" if args.cold > 0 else ""
+    print(f"{args.profile}{caches}: {len(times)} one-call turns in the session layer, "
+          f"p50 {statistics.median(times):.2f} ms, p90 {pct(times, 0.9):.2f} ms, p99 {pct(times, 0.99):.2f} ms")
 
 
 if __name__ == "__main__":
