@@ -81,3 +81,87 @@ def test_rescue_path_is_stable_and_safe():
     odd = rescue_path("just some words")
     assert odd.path.startswith(".rescued/write_") and odd.path == rescue_path("just some words").path
     assert odd.confidence < 0.5
+
+
+# -- the quick "valid" of jsonschema-rs agrees with jsonschema ------------------------------------
+
+AGREED = [
+    TOOLS[0]["function"]["parameters"],
+    {"type": "object", "additionalProperties": False, "required": ["edits"],
+     "properties": {"edits": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/edit"}},
+                    "dry": {"type": "boolean", "default": False}},
+     "$defs": {"edit": {"type": "object", "required": ["line"],
+                        "properties": {"line": {"type": "integer", "minimum": 1},
+                                       "text": {"type": ["string", "null"], "maxLength": 8}}}}},
+    {"anyOf": [{"type": "number", "exclusiveMaximum": 10}, {"const": "ten"}],
+     "not": {"enum": [1, 2.5, True, None]}},
+    {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+     "propertyNames": {"minLength": 1, "maxLength": 3}, "maxProperties": 3,
+     "if": {"required": ["a"]}, "then": {"properties": {"a": {"type": "string", "format": "email"}}},
+     "else": {"properties": {"b": {"prefixItems": [{"type": "integer"}], "items": False}}}},
+]
+
+
+def test_agreed_keywords_only():
+    from budgeter.core.guards import _agreed
+
+    assert all(_agreed(s) for s in AGREED)
+    for other in ({"type": "string", "pattern": "^a"}, {"patternProperties": {"^x": {}}},
+                  {"multipleOf": 0.1}, {"uniqueItems": True}, {"unevaluatedProperties": False},
+                  {"$ref": "https://example.com/s.json"}, {"$id": "https://example.com/"},
+                  {"properties": {"a": {"$dynamicRef": "#x"}}}, {"items": {"nullable": True}},
+                  {"allOf": {"type": "string"}}):
+        assert not _agreed(other), other
+
+
+def _problems_by_jsonschema_alone(value, schema):
+    from budgeter.core import guards
+
+    checker = guards._validator(json.dumps(schema, sort_keys=True))
+    alone = guards._Checker(checker.errors)  # no quick validator: every value goes to jsonschema
+    real, guards._SCHEMAS = guards._SCHEMAS, guards.IdentityMemo(limit=4)
+    try:
+        guards._SCHEMAS.get((schema,), lambda: alone)
+        return guards.schema_problems(value, schema)
+    finally:
+        guards._SCHEMAS = real
+
+
+def test_quick_path_is_taken_and_changes_no_problem():
+    """On values near each schema's edges (1.0 and true as integers, 64-bit overflow, NaN, lone
+    surrogates, lengths in code points), the problems are those jsonschema alone finds, and the
+    quick path does answer a good share of them."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from budgeter.core import guards
+
+    assert all(guards._validator(json.dumps(s, sort_keys=True)).quick is not None for s in AGREED)
+    edge = st.sampled_from([0, 1, 1.0, True, False, -1, 2.5, 10, 9.999, 2**63, 2**70, float("nan"),
+                            float("inf"), None, "ten", "", "a", "ab\U0001f600", "abcdefghi",
+                            "x@y.z", "\ud800", [], {}])
+    text = st.sampled_from(["a.py", "", "é" * 8, "\ud800", "x" * 9]) | st.text(max_size=9)
+    near = [
+        st.fixed_dictionaries({"path": text, "content": text},
+                              optional={"mode": st.sampled_from(["w", "a", "x", 1]), "retries": edge}),
+        st.fixed_dictionaries({"edits": st.lists(st.fixed_dictionaries(
+            {"line": st.integers(0, 3) | edge}, optional={"text": st.sampled_from(["ok", None]) | text | edge}),
+            max_size=3)}, optional={"dry": st.booleans() | edge}),
+        edge | st.integers(-3, 12) | st.floats(max_value=12),
+        st.fixed_dictionaries({"a": text | edge}) | st.fixed_dictionaries({"b": st.lists(
+            st.integers(0, 2) | edge, max_size=2) | edge}) | st.fixed_dictionaries({}, optional={
+                k: text | edge for k in ("a", "b", "long", "")}),
+    ]
+    quick = [0] * len(AGREED)
+
+    @settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def agree(data):
+        which = data.draw(st.sampled_from(range(len(AGREED))))
+        schema, value = AGREED[which], data.draw(near[which])
+        checker = guards._validator(json.dumps(schema, sort_keys=True))
+        quick[which] += guards._quick_valid(checker.quick, value)
+        assert guards.schema_problems(value, schema) == _problems_by_jsonschema_alone(value, schema)
+
+    agree()
+    assert all(n >= 20 for n in quick), quick  # each schema's quick path was exercised
