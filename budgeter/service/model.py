@@ -11,7 +11,7 @@ from typing import Any
 
 from budgeter.core.engine import BuildResult
 from budgeter.core.facts import CallFacts
-from budgeter.core.jsonargs import dumps_text
+from budgeter.core.jsonargs import dumps_compact, dumps_text
 from budgeter.core.policy import Policy, policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import EtagMismatch, InvalidInput
@@ -82,8 +82,8 @@ class StoredMessage:
     pieces: Sequence[int] = ()
 
     def encode(self) -> str:
-        return (f'{{"m": {self.message_json}, "t": {dumps_text(self.spec)}, "n": {self.tokens}, '
-                f'"p": {dumps_text(list(self.pieces))}}}')
+        return (f'{{"m": {self.message_json}, "t": {dumps_compact(self.spec)}, "n": {self.tokens}, '
+                f'"p": {dumps_compact(list(self.pieces))}}}')
 
     @staticmethod
     def decode(text: str) -> tuple[Any, str, int, list[int]]:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from budgeter.core.engine import BuildResult, Session
-from budgeter.core.jsonargs import dumps_text, escape_surrogates
+from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -26,6 +26,7 @@ from budgeter.errors import (
     InvalidInput,
     LimitExceeded,
     QuotaExceeded,
+    RequestIdReused,
     SessionNotFound,
 )
 from budgeter.service.model import (
@@ -47,7 +48,7 @@ from budgeter.service.model import (
 )
 from budgeter.service.profiles import Profiles
 from budgeter.service.replica import Live, Replica
-from budgeter.store.base import SessionRecord, SessionStore, StaleIncarnation, check_session_id
+from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, StaleIncarnation, check_session_id
 
 __all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "SessionConfig", "SessionInfo", "Sessions",
            "external_id", "session_id_of"]
@@ -107,7 +108,7 @@ class Sessions:
     def append(self, name: str, messages: Sequence[Message], *, request_id: str = "",
                etag: str = "") -> AppendResult:
         sid = session_id_of(name)
-        texts = [dumps_text(to_openai(m, extensions=True)) for m in messages]  # serialized once
+        texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]  # serialized once
         self.check_sizes([len(t.encode()) for t in texts])
         live = self.replica.cached(sid)
         if live is not None and _at(live, etag):  # current unless another writer came between: the
@@ -153,10 +154,15 @@ class Sessions:
                              f.result.value if f.result is not None else None))
         results = [[cost, [c.to_list() for c in calls], status] for cost, calls, status in made]  # as stored
         expected = parse_etag(etag, info.record.incarnation) if etag else (seen if unread else None)
-        outcome = self.store.append(
-            info.id, records, incarnation=info.record.incarnation, request_id=request_id,
-            fingerprint=fingerprint(texts), result=dumps_text(results),
-            expected_version=expected)
+        def store_append(fp: str) -> AppendOutcome:
+            return self.store.append(
+                info.id, records, incarnation=info.record.incarnation, request_id=request_id,
+                fingerprint=fp, result=dumps_text(results), expected_version=expected)
+
+        try:
+            outcome = store_append(fingerprint(texts))
+        except RequestIdReused:  # maybe first sent to a replica that stored JSON with spaces
+            outcome = store_append(fingerprint([dumps_text(json.loads(t)) for t in texts]))
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
             facts if previewed_at == outcome.first_index else None, events=outcome.events)

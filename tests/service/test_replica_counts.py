@@ -124,3 +124,33 @@ def test_a_cached_writer_appends_without_reading_and_catches_up_when_behind(redi
         assert [to_openai(m) for m in replica.live("s").engine.history] == [to_openai(m) for m in expected]
     assert store.read("s")[0].version == len(expected)
     store.close()
+
+
+def test_a_retry_of_an_append_an_older_replica_stored_replays(redis_url):
+    """Replicas before 2026-11-24 stored messages as JSON with spaces and fingerprinted that text.
+    A retry of such an append (same request_id, same messages) that reaches a newer replica is
+    answered as the replay it is: nothing is appended twice; other messages are still refused."""
+    from budgeter.core.jsonargs import dumps_text
+    from budgeter.core.messages import to_openai
+    from budgeter.errors import RequestIdReused
+    from budgeter.service.model import StoredMessage
+    from budgeter.service.sessions import fingerprint
+    from budgeter.store.redis import RedisStore
+
+    store = RedisStore.from_url(redis_url)
+    sessions = Sessions(store, Profiles(default="qwen3.6"))
+    info = sessions.create(session_id="old", tools=TOOLS, policy={"window": 200_000})
+    batch = from_openai_list(turns(2)[1])
+    old_texts = [dumps_text(to_openai(m, extensions=True)) for m in batch]
+    assert ", " in old_texts[0]  # the older form, spaces after separators
+    store.append("old", [StoredMessage(t, "qwen3.6", 5).encode() for t in old_texts],
+                 incarnation=info.record.incarnation, request_id="r1", fingerprint=fingerprint(old_texts),
+                 result=json.dumps([[5, [], None] for _ in batch]))
+    again = sessions.append("old", batch, request_id="r1")
+    assert again.replayed and [a.index for a in again.messages] == list(range(len(batch)))
+    assert store.read("old")[0].version == len(batch)
+    with pytest.raises(RequestIdReused):
+        sessions.append("old", from_openai_list([{"role": "user", "content": "other"}]), request_id="r1")
+    fresh = sessions.append("old", batch, request_id="r2")  # today's form, compact
+    assert not fresh.replayed and store.read("old", since=len(batch))[1][0].startswith('{"m": {"role":"')
+    store.close()
