@@ -6,9 +6,10 @@ per turn, without gRPC or a client in the same process. Made to be sampled by a 
 
 Each turn appends the assistant message with its tool results (or a user message) to a memory
 store session and builds the prompt, then converts it as ``BuildPrompt`` would for a client that
-holds the previous prompt (``known_prompt``). Sessions: three generated coding sessions of 300K
-chars at a 32K window, as ``bench_service`` replays them. The turns run inside ``turn_loop``, so a
-profile can keep only the samples under it.
+holds the previous prompt (``known_prompt``). Sessions: ``3 x repeat`` generated coding sessions
+of 300K chars at a 32K window, as ``bench_service`` replays them, each of them new (a session
+replayed twice would find its pieces tokenized and its messages' template dicts made already).
+The turns run inside ``turn_loop``, so a profile can keep only the samples under it.
 
 ``--cold MB``: before each turn (outside its timing), write over MB megabytes of memory, so the
 turn starts with the caches a replica under load finds: the other processes on the same cores (the
@@ -45,22 +46,21 @@ class Evictor:
         self.buffer[::64] = self.zeros
 
 
-def turn_loop(sessions: Sessions, name: str, bodies: list[dict], repeat: int,
-              evict: Evictor | None = None) -> list[float]:
+def turn_loop(sessions: Sessions, name: str, bodies: list[dict], evict: Evictor | None = None
+              ) -> list[float]:
     times = []
-    for _ in range(repeat):
-        for body in bodies:
-            info = sessions.create(tokenizer=name, tools=body["tools"], policy={"window": 32768})
-            known = ""
-            for turn in turns(body["messages"]):
-                if evict is not None:
-                    evict()
-                t0 = time.perf_counter()
-                appended = sessions.append(info.id, from_openai_list(turn))
-                built = sessions.build(info.id, after=appended, known=known)
-                convert.build_to_pb(built, pb.PROMPT_VIEW_JSON)
-                times.append((time.perf_counter() - t0) * 1000)
-                known = built.prompt_id
+    for body in bodies:
+        info = sessions.create(tokenizer=name, tools=body["tools"], policy={"window": 32768})
+        known = ""
+        for turn in turns(body["messages"]):
+            if evict is not None:
+                evict()
+            t0 = time.perf_counter()
+            appended = sessions.append(info.id, from_openai_list(turn))
+            built = sessions.build(info.id, after=appended, known=known)
+            convert.build_to_pb(built, pb.PROMPT_VIEW_JSON)
+            times.append((time.perf_counter() - t0) * 1000)
+            known = built.prompt_id
     return times
 
 
@@ -78,10 +78,9 @@ def main() -> None:
         profiles = Profiles({args.profile: spec}, default=args.profile)
         settle(profiles, [args.profile])  # loaded and warmed, then gc.freeze, as `budgeter serve` does
         sessions = Sessions(open_store("memory://"), profiles)
-        bodies = [make_session(seed, chars=300_000) for seed in range(3)]
-        turn_loop(sessions, args.profile, bodies[:1], 1)  # warm-up
-        times = turn_loop(sessions, args.profile, bodies, args.repeat,
-                          Evictor(args.cold) if args.cold > 0 else None)
+        turn_loop(sessions, args.profile, [make_session(1000, chars=300_000)])  # warm-up
+        bodies = [make_session(seed, chars=300_000) for seed in range(3 * args.repeat)]
+        times = turn_loop(sessions, args.profile, bodies, Evictor(args.cold) if args.cold > 0 else None)
     caches = f", caches cold ({args.cold} MB written over before each turn)" if args.cold > 0 else ""
     print(f"{args.profile}{caches}: {len(times)} one-call turns in the session layer, "
           f"p50 {statistics.median(times):.2f} ms, p90 {pct(times, 0.9):.2f} ms, p99 {pct(times, 0.99):.2f} ms")
