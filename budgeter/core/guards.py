@@ -117,6 +117,7 @@ dynamic reference (another base URI, or a document jsonschema-rs could fetch).""
 
 _MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 _LISTS = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
+_ONE = frozenset({"additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else"})
 
 
 def _agreed(schema: Any) -> bool:
@@ -141,8 +142,7 @@ def _agreed(schema: Any) -> bool:
                 if not isinstance(sub, list):
                     return False
                 stack.extend(sub)
-            elif key in ("additionalProperties", "items", "contains", "propertyNames", "not",
-                         "if", "then", "else"):
+            elif key in _ONE:
                 stack.append(sub)
     return True
 
@@ -179,14 +179,14 @@ def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
     checker = _SCHEMAS.get((schema,), lambda: _validator(json.dumps(schema, sort_keys=True)))
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
-    if not _quick_valid(checker.quick, value):
+    if _quick_valid(checker.quick, value):
+        out = []
+    else:
         try:
             out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
                    for e in checker.errors.iter_errors(value)]
         except RecursionError:
             return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
-    else:
-        out = []
     props = schema.get("properties") or {}
     for key in schema.get("required") or ():
         declared = props.get(key) if isinstance(props, dict) else None

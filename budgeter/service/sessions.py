@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from budgeter.core.engine import BuildResult, Session
-from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates
+from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -162,7 +162,7 @@ class Sessions:
         try:
             outcome = store_append(fingerprint(texts))
         except RequestIdReused:  # maybe first sent to a replica that stored JSON with spaces
-            outcome = store_append(fingerprint([dumps_text(json.loads(t)) for t in texts]))
+            outcome = store_append(fingerprint([dumps_text(loads(t)) for t in texts]))
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
             facts if previewed_at == outcome.first_index else None, events=outcome.events)
