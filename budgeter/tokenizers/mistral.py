@@ -10,6 +10,8 @@ message (per ``Message``), and the normalizer's output for each run of same-role
 by the converted messages it was given, which persist between builds). The request is still
 validated whole on every build. Every ``audit_every``-th count is also made the plain way and
 compared; a difference turns the reuse off for the profile.
+A message's own cost is its encoding in a request that holds it alone, the way the newest message
+of a build is encoded: the build that follows finds it counted and tokenizes it no second time.
 Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (deterministic).
 """
 
@@ -274,8 +276,25 @@ class MistralCounter:
         self._costs.setdefault(message, int(cost))
 
     def message_cost(self, message: Message) -> int:
+        """The message's tokens in mistral-common's encoding of a request holding it alone (after
+        the empty user turn mistral-common puts first where a request does not start with one), as
+        a template counter prices a message rendered alone. That is how a build encodes its newest
+        message, so the build that follows finds the message counted (memoized by its JSON) and
+        tokenizes it no second time. A message mistral-common cannot encode alone (an assistant
+        message with both text and tool calls) is priced by its text plus 4 tokens."""
         cost = self._costs.get(message)
         if cost is None:
-            text = message.content + "".join(c.name + c.arguments for c in message.tool_calls)
-            cost = self._costs[message] = self.count_text(text) + 4
+            if len(self._costs) >= 200_000:
+                self._costs.clear()
+            cost = self._costs[message] = self._alone(message)
         return cost
+
+    def _alone(self, message: Message) -> int:
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+        try:
+            request = ChatCompletionRequest(messages=[self._convert(message)])
+            return self._count(self._tok._instruct_request_normalizer.from_chat_completion_request(request))
+        except Exception:
+            text = message.content + "".join(c.name + c.arguments for c in message.tool_calls)
+            return self.count_text(text) + 4

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from budgeter.core.messages import from_openai_list
+from budgeter.core.messages import Message, from_openai_list
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.mistral import MistralCounter
@@ -170,6 +170,36 @@ def test_mistral_reuse_equals_mistral_common_turn_by_turn():
     assert counter.off == "" and len(ends) > 10
     text = messages[3].content + " [INST] ünïcödé 漢字 🙂"
     assert counter.count_text(text) == len(_MISTRAL[0].instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
+
+
+def test_mistral_message_cost_is_its_encoding_alone_and_builds_do_not_tokenize_it_again():
+    """A message's cost is what mistral-common's own tokenizer encodes for a request holding it
+    alone; a build that follows finds the appended messages counted and tokenizes only the user
+    and system text and tool schemas it frames differently (the last user turn carries them)."""
+    from mistral_common.protocol.instruct.converters import convert_openai_messages
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    from budgeter.tokenizers.mistral import _request_dict
+
+    _mistral_own([Message(role="user", content="load")], [])
+    own = _MISTRAL[0]
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    messages, tools = _body(seed=8, chars=30_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    while messages[-1].role == "assistant":
+        messages.pop()
+    for m in messages:
+        request = ChatCompletionRequest(messages=convert_openai_messages([_request_dict(m)]))
+        alone = own._instruct_request_normalizer.from_chat_completion_request(request)
+        assert counter.message_cost(m) == len(own.instruct_tokenizer.encode_instruct(alone).tokens), m.role
+    model = counter._tok.instruct_tokenizer.tokenizer._model
+    encoded: list[str] = []
+    encode = model.encode
+    model.encode = lambda s, *a, **k: encoded.append(s) or encode(s, *a, **k)
+    assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
+    framed = sum(len(m.content) for m in messages if m.role in ("user", "system")) + len(json.dumps(tools))
+    tool_text = sum(len(m.content) for m in messages if m.role == "tool")
+    assert encoded and sum(map(len, encoded)) <= 2 * framed + 200 < tool_text
 
 
 def test_mistral_audit_turns_reuse_off_on_a_difference():
