@@ -17,10 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from budgeter.core import incremental
+from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, has_surrogate
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
+LOOKAHEAD = 256
+"""How far past a position ``PieceCounter.piece_start`` lets a special token match: longer than
+any special token, with room for the whitespace a stripping token takes beside it."""
 Adapter = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]],
                    tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]]
 
@@ -42,24 +46,50 @@ class PieceCounter:
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
 
-    def tokens_after(self, text: str, chars: int) -> int:
+    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
-        a server must read again when the text changes there). Only that suffix is split; its
+        a server must read again when the text changes there). ``mark``: a piece start at or
+        before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
+        ``RenderMemo``); only the text between the mark and ``chars`` is scanned, and the tokens
+        before the piece are taken off the mark's count. Otherwise only the suffix is split; its
         pieces are cached from counting ``text``."""
         if chars >= len(text):
             return 0
         if self._special is None:
             return self.count(text)
-        start, lo = 0, chars
-        while lo > 0:
-            lo = max(0, lo - 8192)
-            last = None
-            for last in self._special.finditer(text, lo, chars):  # noqa: B007 - the last match
-                pass
-            if last is not None:
-                start = last.end()
-                break
-        return self.count(text[start:])
+        if mark is not None and 0 <= mark[0] <= chars:
+            begin, tokens = mark
+            start = self.piece_start(text, chars, known=begin)
+            return tokens - self.count(text[begin:start]) if start > begin else tokens
+        return self.count(text[self.piece_start(text, chars):])
+
+    def piece_start(self, text: str, chars: int, *, known: int = -1) -> int:
+        """Where the piece that holds position ``chars`` starts: the end of the last special token
+        that ends at or before it (0 when none does). ``known``: a piece start at or before
+        ``chars``; the scan runs from there, where it finds the tokens the split of the whole
+        text finds. Without it, windows of 8K characters before ``chars`` are scanned. Tokens are
+        matched in the text as it goes on after ``chars`` (up to ``LOOKAHEAD`` characters), not
+        in the text cut there, where a shorter token (one newline of two) could seem to end at
+        ``chars``."""
+        special = self._special
+        if special is None:
+            return 0
+        stop = min(len(text), chars + LOOKAHEAD)
+        lo = chars if known < 0 else known
+        while True:
+            if known < 0:
+                lo = max(0, lo - 8192)
+            start = -1
+            for match in special.finditer(text, lo, stop):
+                if match.end() > chars:
+                    break
+                start = match.end()
+            if start >= 0:
+                return start
+            if known >= 0:
+                return known
+            if lo == 0:
+                return 0
 
     def ordinary(self, text: str) -> list[str]:
         """The non-empty pieces between special tokens, in order."""
@@ -177,10 +207,13 @@ class TemplateCounter:
             return self.format.render(part, listed, add_generation_prompt=gen)
 
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
-                                  self.pieces.tokens_after, stamp=tuple(f() for f in self._dated))
+                                  self._piece_start, stamp=tuple(f() for f in self._dated))
 
-    def tokens_after(self, text: str, chars: int) -> int:
-        return self.pieces.tokens_after(text, chars)
+    def _piece_start(self, text: str, chars: int, known: int) -> int:
+        return self.pieces.piece_start(text, chars, known=known)
+
+    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None) -> int:
+        return self.pieces.tokens_after(text, chars, mark=mark)
 
     def count_text(self, text: str) -> int:
         return self.pieces.count(text)

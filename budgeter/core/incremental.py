@@ -47,6 +47,11 @@ the list stays short in a long session that never compacts."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
+PieceStart = Callable[[str, int, int], int]
+"""(text, position, a piece start at or before it or -1) -> where the piece holding the position
+starts (``PieceCounter.piece_start``)."""
+Mark = tuple[int, int]
+"""A piece start in a text and the tokens of the text from there."""
 
 
 @dataclass
@@ -69,10 +74,16 @@ class RenderMemo:
     """How many leading characters ``text`` shares by construction with the text of render number
     ``replaced`` (``builds`` counts renders): a windowed render keeps the text up to its overlap's
     end; 0 after a full render."""
+    mark: Mark | None = None
+    """After a windowed render: the start of the piece that holds position ``agreed`` in ``text``
+    and the tokens of ``text`` from there (the next build scans from it, not back from a guess)."""
 
-    def shared_with(self, serial: int, text: str) -> int:
-        """A length ``text`` is known to share with render ``serial``'s text (0 when unknown)."""
-        return self.agreed if serial == self.replaced and text is self.text else 0
+    def shared_with(self, serial: int, text: str) -> tuple[int, Mark | None]:
+        """A length ``text`` is known to share with render ``serial``'s text (0 when unknown), and
+        ``text``'s mark (None when it has none)."""
+        if serial == self.replaced and text is self.text:
+            return self.agreed, self.mark
+        return 0, None
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -166,7 +177,7 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
 
 
 def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
-           render_fn: Render, count: Callable[[str], int], after: Callable[[str, int], int], *,
+           render_fn: Render, count: Callable[[str], int], start: PieceStart, *,
            stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
     """The exact count and text of ``dicts`` rendered with the generation prompt. ``stamp``: the
     values of the template's date variables now (a new day renders whole: the date sits in the
@@ -174,11 +185,11 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     worth = len(dicts) >= MIN_MESSAGES and not state.off
     if memo.stamp != stamp:  # a new day: the head's text changed too
         memo.head_text = None
-    got = _windowed(state, memo, dicts, tools, render_fn, after) if worth and memo.stamp == stamp else None
+    got = _windowed(state, memo, dicts, tools, render_fn, count, start) if worth and memo.stamp == stamp else None
     memo.builds += 1
     if got is not None:
         state.windowed += 1
-        total, text, anchors, agreed = got
+        total, text, anchors, agreed, mark = got
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
             if full != text or count(full) != total:
@@ -190,6 +201,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
     memo.replaced, memo.agreed = memo.builds - 1, agreed if got is not None else 0
+    memo.mark = mark if got is not None else None
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
     if got is None and worth:
@@ -198,7 +210,8 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
 
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
-              render_fn: Render, after: Callable[[str, int], int]) -> tuple[int, str, dict[int, int], int] | None:
+              render_fn: Render, count: Callable[[str], int], start: PieceStart
+              ) -> tuple[int, str, dict[int, int], int, Mark] | None:
     if not memo.anchors or (memo.tools is not tools and memo.tools != tools):
         return None
     same = common_length(memo.dicts, dicts)
@@ -221,8 +234,11 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     cut = memo.anchors[at]
     text = memo.text[:cut] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
-    total = memo.total - after(memo.text, same) + after(text, same)
+    known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
+    begin = start(memo.text, same, known)  # the same piece start in both texts
+    tail = count(text[begin:])
+    total = memo.total - count(memo.text[begin:]) + tail
     anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
-    return total, text, anchors, same
+    return total, text, anchors, same, (begin, tail)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budgeter.core.counting import PieceCounter, shared_prefix
@@ -40,3 +40,37 @@ def test_shared_prefix_from_a_known_length_equals_a_plain_comparison(a, b, known
     plain = shared_prefix(a, b)
     assert a[:plain] == b[:plain] and (plain == min(len(a), len(b)) or a[plain] != b[plain])
     assert shared_prefix(a, b, known=min(known, plain)) == plain
+
+
+def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
+    """The piece start from the split of the whole text: the end of the last special token that
+    ends at or before ``chars``."""
+    start = pos = 0
+    for k, part in enumerate(counter._split(text)):
+        pos += len(part)
+        if k % 2 and pos <= chars:
+            start = pos
+    return start
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(["a", "b c", "\n", "<|im_end|>", "<|im_start|>", "<|im_", "end|>"]), max_size=40),
+       st.data())
+def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, parts, data):
+    """Where a piece starts, from a guess or from a known piece start, is where the split of the
+    whole text says: also where a position falls between the two newlines of one ``\\n\\n`` token
+    (cut there, the text would end with a one-newline token); a mark gives the same count."""
+    from tokenizers import AddedToken, Tokenizer
+
+    hf = Tokenizer.from_file(tiny_bpe_path)
+    hf.add_special_tokens([AddedToken("\n\n", special=True), AddedToken("\n", special=True)])
+    counter = PieceCounter(HFTokenizer(hf, name="newlines"))
+    text = "".join(parts)
+    chars = data.draw(st.integers(0, len(text)))
+    start = _reference_start(counter, text, chars)
+    assert counter.piece_start(text, chars) == start
+    known = data.draw(st.sampled_from(sorted({0, *(_reference_start(counter, text, p) for p in range(chars + 1))})))
+    assert counter.piece_start(text, chars, known=known) == start
+    after = counter.count(text[start:]) if chars < len(text) else 0
+    assert counter.tokens_after(text, chars) == after
+    assert counter.tokens_after(text, chars, mark=(known, counter.count(text[known:]))) == after
