@@ -33,6 +33,11 @@ class JinjaFormat:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _skip_fixed_sandbox_checks(self._template.environment)
         _memo_tojson(self._template.environment)
+        self._template.globals = dict(self._template.globals)
+        """Flattened once: every render copies the template's globals into a new context, and
+        from the ``ChainMap`` jinja keeps them in (the template's over the environment's, which
+        nothing changes after compiling) that copy runs as Python code: 5.5-7 us of a render,
+        a third of a short one."""
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
