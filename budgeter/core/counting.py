@@ -29,6 +29,17 @@ Adapter = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]],
                    tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]]
 
 
+def _last_end(special: re.Pattern[str], text: str, lo: int, chars: int) -> int:
+    """The end of the last special token found from ``lo`` that ends at or before ``chars``
+    (-1: none)."""
+    end = -1
+    for match in special.finditer(text, lo, min(len(text), chars + LOOKAHEAD)):
+        if match.end() > chars:
+            break
+        end = match.end()
+    return end
+
+
 class PieceCounter:
     def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000) -> None:
         self.tokenizer = tokenizer
@@ -63,7 +74,7 @@ class PieceCounter:
             return tokens - self.count(text[begin:start]) if start > begin else tokens
         return self.count(text[self.piece_start(text, chars):])
 
-    def piece_start(self, text: str, chars: int, *, known: int = -1) -> int:
+    def piece_start(self, text: str, chars: int, known: int = -1) -> int:
         """Where the piece that holds position ``chars`` starts: the end of the last special token
         that ends at or before it (0 when none does). ``known``: a piece start at or before
         ``chars``; the scan runs from there, where it finds the tokens the split of the whole
@@ -74,22 +85,15 @@ class PieceCounter:
         special = self._special
         if special is None:
             return 0
-        stop = min(len(text), chars + LOOKAHEAD)
-        lo = chars if known < 0 else known
-        while True:
-            if known < 0:
-                lo = max(0, lo - 8192)
-            start = -1
-            for match in special.finditer(text, lo, stop):
-                if match.end() > chars:
-                    break
-                start = match.end()
-            if start >= 0:
-                return start
-            if known >= 0:
-                return known
-            if lo == 0:
-                return 0
+        if known >= 0:
+            return max(known, _last_end(special, text, known, chars))
+        lo = chars
+        while lo > 0:
+            lo = max(0, lo - 8192)
+            end = _last_end(special, text, lo, chars)
+            if end >= 0:
+                return end
+        return 0
 
     def ordinary(self, text: str) -> list[str]:
         """The non-empty pieces between special tokens, in order."""
@@ -207,10 +211,7 @@ class TemplateCounter:
             return self.format.render(part, listed, add_generation_prompt=gen)
 
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
-                                  self._piece_start, stamp=tuple(f() for f in self._dated))
-
-    def _piece_start(self, text: str, chars: int, known: int) -> int:
-        return self.pieces.piece_start(text, chars, known=known)
+                                  self.pieces.piece_start, stamp=tuple(f() for f in self._dated))
 
     def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None) -> int:
         return self.pieces.tokens_after(text, chars, mark=mark)

@@ -164,7 +164,7 @@ class Session:
         if ctx.text and self._last_text and after is not None:
             known, mark = self._memo.shared_with(self._last_render, ctx.text)
             changed = shared_prefix(self._last_text, ctx.text, known=known)
-            return ctx.total - (after(ctx.text, changed, mark=mark) if mark else after(ctx.text, changed))
+            return ctx.total - after(ctx.text, changed, mark=mark)
         return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
 
 
