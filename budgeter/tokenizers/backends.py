@@ -58,9 +58,11 @@ class HFTokenizer:
         plain = _alternation(a.content for a in added if not (a.lstrip or a.rstrip))
         self._pattern = "|".join([*parts, plain] if plain else parts)
         self.specials = tuple(a.content for a in tok.get_added_tokens_decoder().values())
-        self._fast = twin(tok)
-        self.note = ("count backend: tiktoken twin of the byte-level BPE (ids checked equal at load)"
-                     if self._fast is not None else "count backend: Hugging Face tokenizers")
+        split = re.compile(f"({self._pattern})").split if self._pattern else None
+        found = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
+        self._fast = found[0] if found is not None else None
+        self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
+                     else "count backend: Hugging Face tokenizers")
 
     @classmethod
     def from_file(cls, path: str, *, name: str) -> HFTokenizer:

