@@ -1,4 +1,5 @@
-"""The tiktoken twin of a byte-level BPE counts exactly as Hugging Face tokenizers does, and the
+"""The twins (tiktoken for byte-level BPE, sentencepiece for SentencePiece BPE) count exactly as
+Hugging Face tokenizers does, they are refused where they could differ, and the
 special-token trie splits exactly as the flat alternation it replaced."""
 
 from __future__ import annotations
