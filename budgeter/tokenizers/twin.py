@@ -176,9 +176,11 @@ def _first_merges(vocab: dict[str, int], merges: list[Any], other: set[str]) -> 
     """The rank of each piece's first merge, where scores can stand for the merges: every merge
     of a piece is listed next to its others (Hugging Face then prefers the pieces in the order
     sentencepiece does), and every split of a piece into two pieces is listed (sentencepiece
-    merges any pair that makes a piece). ``other``: the pieces that are never merged or made
-    there (added tokens, split off before the twin sees text; byte pieces; the unknown piece).
-    None otherwise."""
+    merges any pair that makes a piece), and every piece starts and ends with a character of
+    the vocabulary (Hugging Face turns any other character into bytes before merging;
+    sentencepiece merges it first and turns it into bytes only if it stays alone). ``other``:
+    the pieces that are never merged or made there (added tokens, split off before the twin sees
+    text; byte pieces; the unknown piece). None otherwise."""
     first: dict[str, int] = {}
     listed: set[tuple[str, str]] = set()
     last = None
@@ -194,6 +196,8 @@ def _first_merges(vocab: dict[str, int], merges: list[Any], other: set[str]) -> 
     for piece in vocab:
         if piece in other:
             continue
+        if piece[0] not in vocab or piece[-1] not in vocab:
+            return None
         for cut in range(1, len(piece)):
             left, right = piece[:cut], piece[cut:]
             if (left in vocab and right in vocab and left not in other and right not in other

@@ -182,3 +182,17 @@ def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_sha
         other = variant(change)
         assert twin(other) is None, change.__name__
         assert HFTokenizer(other, name="x").note == "count backend: Hugging Face tokenizers"
+
+
+def test_scores_stand_for_merges_only_where_each_piece_can_be_made_alike():
+    """Where a piece starts or ends with a character outside the vocabulary, Hugging Face never
+    makes it (that character is bytes before merging) but sentencepiece can: no twin."""
+    from budgeter.tokenizers.twin import _first_merges
+
+    vocab = {"a": 0, "b": 1, "ab": 2, "bab": 3}
+    merges = [("a", "b"), ("b", "ab")]
+    assert _first_merges(vocab, merges, set()) == {"ab": 0, "bab": 1}
+    assert _first_merges({**vocab, "Xb": 4}, merges, set()) is None  # X is not in the vocabulary
+    assert _first_merges({**vocab, "X": 4, "Xb": 5}, [*merges, ("X", "b")], set()) is not None
+    assert _first_merges({**vocab, "ba": 4}, merges, set()) is None  # ("b", "a") makes a piece, unlisted
+    assert _first_merges(vocab, [("a", "b"), ("b", "ab"), ("a", "b")], set()) is None  # apart
