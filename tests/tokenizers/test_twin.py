@@ -184,9 +184,11 @@ def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_sha
         assert HFTokenizer(other, name="x").note == "count backend: Hugging Face tokenizers"
 
 
-def test_scores_stand_for_merges_only_where_each_piece_can_be_made_alike():
-    """Where a piece starts or ends with a character outside the vocabulary, Hugging Face never
-    makes it (that character is bytes before merging) but sentencepiece can: no twin."""
+def test_first_merges_only_where_scores_can_stand_for_the_merges():
+    """Each piece's first merge rank is given only where a piece's merges are listed together,
+    every split of a piece into two pieces is listed, and no piece starts or ends with a
+    character outside the vocabulary (Hugging Face turns that character into bytes before merging,
+    so it never makes such a piece; sentencepiece can)."""
     from budgeter.tokenizers.twin import _first_merges
 
     vocab = {"a": 0, "b": 1, "ab": 2, "bab": 3}
