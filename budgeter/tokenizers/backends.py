@@ -7,6 +7,7 @@ tokens absorb, so ``PieceCounter`` stays exact.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -47,8 +48,14 @@ pool halves the wall time at about the same CPU."""
 
 
 class HFTokenizer:
-    def __init__(self, tok: Any, *, name: str) -> None:
+    def __init__(self, tok: Any, *, name: str, nfc: bool = True) -> None:
+        """``nfc``: False for a server that does not apply the tokenizer's NFC normalizer
+        (llama.cpp): ``tok`` (owned from here on) then loses it, for counts and ids alike."""
         self.name = name
+        unnormalized = not nfc and tok.normalizer is not None \
+            and json.loads(tok.normalizer.__getstate__()) == {"type": "NFC"}
+        if unnormalized:
+            tok.normalizer = None
         self._tok = tok
         added = [a for a in tok.get_added_tokens_decoder().values() if a.content]
         # tokens that absorb whitespace beside them first (longest first), then one trie of the rest
@@ -63,12 +70,15 @@ class HFTokenizer:
         self._fast = found[0] if found is not None else None
         self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
                      else "count backend: Hugging Face tokenizers")
+        if unnormalized:
+            self.note += ("; the tokenizer's NFC normalizer is not applied, as the server applies none "
+                          "(text NFC would change, such as decomposed accents, counts as the server reads it)")
 
     @classmethod
-    def from_file(cls, path: str, *, name: str) -> HFTokenizer:
+    def from_file(cls, path: str, *, name: str, nfc: bool = True) -> HFTokenizer:
         from tokenizers import Tokenizer
 
-        return cls(Tokenizer.from_file(path), name=name)
+        return cls(Tokenizer.from_file(path), name=name, nfc=nfc)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         if self._fast is not None:

@@ -153,20 +153,21 @@ def _from_path(path: Path, opts: Options) -> PromptCounter:
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise InvalidTokenizerSpec(f"{path} has no tokenizer.json", field="tokenizer")
-        tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name)
+        tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name,
+                                               nfc=servers.normalizes(opts.server))
         template, variables = _folder_template(path)
         return _with_template(tok, template, variables, opts, name=name, source=str(path))
     if path.suffix == ".gguf":
         from budgeter.tokenizers.gguf_file import load_gguf
 
         backend, template, variables = load_gguf(path)  # raises TokenizerLoadError itself
-        return _with_template(HFTokenizer(backend, name=name), template, variables, opts,
-                              name=name, source=str(path))
+        return _with_template(HFTokenizer(backend, name=name, nfc=servers.normalizes(opts.server)),
+                              template, variables, opts, name=name, source=str(path))
     if path.suffix == ".tiktoken":
         tok = tiktoken_file(str(path), name=name, specials=CHATML_SPECIALS)
         return _with_template(tok, None, {}, opts, name=name, source=str(path))
     if path.suffix == ".json":
-        tok = HFTokenizer.from_file(str(path), name=name)
+        tok = HFTokenizer.from_file(str(path), name=name, nfc=servers.normalizes(opts.server))
         return _with_template(tok, None, {}, opts, name=name, source=str(path))
     raise InvalidTokenizerSpec(f"{path}: expected a model folder, tokenizer.json, .gguf or .tiktoken",
                                field="tokenizer")
@@ -177,7 +178,7 @@ def _from_ollama(name: str, opts: Options) -> PromptCounter:
 
     model = ollama.find(name)
     backend, template, variables = load_gguf(model.gguf)
-    tok = HFTokenizer(backend, name=model.name)
+    tok = HFTokenizer(backend, name=model.name, nfc=servers.normalizes(opts.server))
     fmt = _format(template, variables, opts, name=model.name)
     agree, verdict = ollama.compare(model.template, fmt if template or opts.chat_format else None)
     source = f"ollama:{model.name}; " + ("GGUF's Jinja chat template" if template else "no Jinja template in the GGUF")

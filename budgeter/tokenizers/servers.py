@@ -32,6 +32,12 @@ SERVERS: dict[str, Mapping[str, Any]] = {
     "transformers": {},
 }
 
+NORMALIZES = {"llama.cpp": False, "vllm": True, "transformers": True}
+"""Whether the server applies a ``tokenizer.json``'s NFC normalizer. llama.cpp's tokenizers apply no
+Unicode normalization (b11434: U+F945, a CJK compatibility ideograph a random Qwen3 model wrote,
+is one token on llama-server and two after NFC, as transformers tokenizes it); vLLM and
+transformers run the Hugging Face tokenizer, normalizer included."""
+
 DESCRIPTIONS = {
     "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
     "vllm": "vLLM / transformers apply_chat_template (no extra template variables)",
@@ -53,6 +59,10 @@ def check(server: str | None) -> str:
     if server not in SERVERS:
         raise InvalidTokenizerSpec(f"unknown server {server!r}; known: {', '.join(SERVERS)}", field="server")
     return server
+
+
+def normalizes(server: str) -> bool:
+    return NORMALIZES[server]
 
 
 def variables(server: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 
 from budgeter.core.engine import Session, trim
 from budgeter.core.incremental import MIN_MESSAGES
-from budgeter.core.messages import to_openai
+from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import Policy
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.formats import template_text
@@ -111,6 +111,24 @@ def test_no_tools_and_a_lone_user_turn(served):
     for prompt in (messages[:2], [m for m in messages if m.role in ("system", "user")]):
         usage, _, ids = _server_counts(url, prompt, None)
         assert counter.count_prompt(prompt, ()) == usage == len(ids)
+
+
+NOT_NFC = ["caf\u0065\u0301 na\u0069\u0308ve", "\u212b ngstr\u00f6m \u2126", "\uf945\uf900 \U0002f800",
+           "A\u030a\u0323 \u1e0b\u0323", "ᴸ.fragment\uf945购票_episode𝔰"]
+
+
+def test_text_that_nfc_would_change_counts_as_the_server_reads_it(served):
+    """llama.cpp applies no Unicode normalization: decomposed accents, compatibility ideographs and
+    the like are counted as it tokenizes them, not as the tokenizer.json's NFC normalizer would
+    make them (a random Qwen3 model once wrote U+F945: one token on the server, two after NFC)."""
+    counter, url = served
+    messages, tools = session(4, chars=4_000)
+    prompt = [*messages[:2], *[Message(role="user", content=text) for text in NOT_NFC]]
+    usage, text, ids = _server_counts(url, prompt, None)
+    assert counter.count_prompt(prompt, ()) == usage == len(ids)
+    assert counter.pieces.tokenizer.encode_full(text) == ids
+    for piece in NOT_NFC:
+        assert counter.count_text(piece) == len(llamacpp.tokenize(url, piece))
 
 
 def test_cut_arguments_refused_by_server_and_compaction_makes_them_acceptable(served):

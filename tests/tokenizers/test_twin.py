@@ -198,3 +198,22 @@ def test_first_merges_only_where_scores_can_stand_for_the_merges():
     assert _first_merges({**vocab, "X": 4, "Xb": 5}, [*merges, ("X", "b")], set()) is not None
     assert _first_merges({**vocab, "ba": 4}, merges, set()) is None  # ("b", "a") makes a piece, unlisted
     assert _first_merges(vocab, [("a", "b"), ("b", "ab"), ("a", "b")], set()) is None  # apart
+
+
+def test_nfc_normalizer_kept_for_vllm_and_dropped_for_llama_cpp():
+    """A tokenizer.json that normalizes to NFC (Qwen3) counts as vLLM reads text (NFC applied) under
+    @vllm, and as llama.cpp does (none applied) by default; the profile says so."""
+    from budgeter.tokenizers import resolve
+    from tests.conftest import shared_tokenizer
+
+    folder = shared_tokenizer("qwen3")
+    hf = Tokenizer.from_file(folder + "/tokenizer.json")
+    raw = Tokenizer.from_file(folder + "/tokenizer.json")
+    raw.normalizer = None
+    vllm, llama = resolve(folder + "@vllm"), resolve(folder)
+    for text in ("\uf945\uf900 n\u0303o", "cafe\u0301 \u212b", "plain ascii"):
+        assert vllm.count_text(text) == len(hf.encode(text, add_special_tokens=False).ids)
+        assert llama.count_text(text) == len(raw.encode(text, add_special_tokens=False).ids)
+    assert llama.count_text("\uf945") != vllm.count_text("\uf945")
+    assert any("NFC normalizer is not applied" in n for n in llama.notes)
+    assert not any("NFC" in n for n in vllm.notes)
