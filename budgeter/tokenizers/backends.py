@@ -7,12 +7,11 @@ tokens absorb, so ``PieceCounter`` stays exact.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from budgeter.tokenizers.twin import twin
+from budgeter.tokenizers.twin import state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -52,8 +51,7 @@ class HFTokenizer:
         """``nfc``: False for a server that does not apply the tokenizer's NFC normalizer
         (llama.cpp): ``tok`` (owned from here on) then loses it, for counts and ids alike."""
         self.name = name
-        unnormalized = not nfc and tok.normalizer is not None \
-            and json.loads(tok.normalizer.__getstate__()) == {"type": "NFC"}
+        unnormalized = not nfc and state(tok.normalizer) == {"type": "NFC"}
         if unnormalized:
             tok.normalizer = None
         self._tok = tok

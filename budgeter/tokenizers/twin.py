@@ -81,7 +81,8 @@ def _plain_bpe(model: Any) -> bool:
             and not model.continuing_subword_prefix and not model.end_of_word_suffix)
 
 
-def _state(part: Any) -> Any:
+def state(part: Any) -> Any:
+    """A tokenizers component (normalizer, pre-tokenizer, model) as its JSON state; None for None."""
     return json.loads(part.__getstate__()) if part is not None else None
 
 
@@ -121,11 +122,11 @@ def _tiktoken(tok: Any) -> Counter | None:
         return None
     if not _plain_bpe(tok.model):
         return None
-    normalizer = _state(tok.normalizer)
-    regex = _pattern(_state(tok.pre_tokenizer))
+    normalizer = state(tok.normalizer)
+    regex = _pattern(state(tok.pre_tokenizer))
     if regex is None or normalizer not in (None, {"type": "NFC"}):
         return None
-    ranks = _ranks(_state(tok.model))
+    ranks = _ranks(state(tok.model))
     if ranks is None:
         return None
     try:
@@ -156,14 +157,14 @@ def _sentencepiece_shape(tok: Any) -> bool | None:
     if (type(model).__name__ != "BPE" or not model.byte_fallback or model.dropout is not None
             or model.continuing_subword_prefix or model.end_of_word_suffix):
         return None
-    normalizer = _state(tok.normalizer)
+    normalizer = state(tok.normalizer)
     if normalizer == _SPACES:
         prefix = False
     elif normalizer == {"type": "Sequence", "normalizers": [_PREFIX, _SPACES]}:
         prefix = True
     else:
         return None
-    pre = _state(tok.pre_tokenizer)  # splitting at " " after spaces became "\u2581" splits nothing
+    pre = state(tok.pre_tokenizer)  # splitting at " " after spaces became "\u2581" splits nothing
     if pre is not None and (pre.get("type") != "Split" or pre.get("pattern") != {"String": " "}
                             or pre.get("invert")):
         return None
@@ -216,15 +217,15 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
     except ImportError:  # pragma: no cover - a core dependency
         return None
     sp_model: Any = sentencepiece_model_pb2  # generated protobuf code: no types to check against
-    state = _state(tok.model)
-    vocab: dict[str, int] = state["vocab"]
+    model = state(tok.model)
+    vocab: dict[str, int] = model["vocab"]
     added = {a.content for a in tok.get_added_tokens_decoder().values()}
-    unknown = state.get("unk_token") or "<unk>"  # (byte fallback leaves nothing unknown; sentencepiece wants one)
+    unknown = model.get("unk_token") or "<unk>"  # (byte fallback leaves nothing unknown; sentencepiece wants one)
     ordered = sorted(vocab.items(), key=lambda item: item[1])
     if [i for _, i in ordered] != list(range(len(ordered))) or unknown not in vocab:
         return None
     other = added | {unknown} | {piece for piece in vocab if _BYTE_PIECE.fullmatch(piece)}
-    first = _first_merges(vocab, state.get("merges") or [], other)
+    first = _first_merges(vocab, model.get("merges") or [], other)
     if first is None:
         return None
     kind = sp_model.ModelProto.SentencePiece.Type
