@@ -166,7 +166,7 @@ def _validator(schema_text: str) -> _Checker | str:
 
             quick = jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
         except Exception:  # not installed, or a schema it refuses: jsonschema alone
-            quick = None
+            pass
     return _Checker(Draft202012Validator(schema), quick)
 
 

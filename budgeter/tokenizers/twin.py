@@ -213,38 +213,58 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
         return None
     try:
         import sentencepiece
-        from sentencepiece import sentencepiece_model_pb2
     except ImportError:  # pragma: no cover - a core dependency
         return None
-    sp_model: Any = sentencepiece_model_pb2  # generated protobuf code: no types to check against
     model = state(tok.model)
     vocab: dict[str, int] = model["vocab"]
     added = {a.content for a in tok.get_added_tokens_decoder().values()}
     unknown = model.get("unk_token") or "<unk>"  # (byte fallback leaves nothing unknown; sentencepiece wants one)
-    ordered = sorted(vocab.items(), key=lambda item: item[1])
-    if [i for _, i in ordered] != list(range(len(ordered))) or unknown not in vocab:
+    ordered = [piece for piece, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    if [vocab[piece] for piece in ordered] != list(range(len(ordered))) or unknown not in vocab:
         return None
-    other = added | {unknown} | {piece for piece in vocab if _BYTE_PIECE.fullmatch(piece)}
-    first = _first_merges(vocab, model.get("merges") or [], other)
+    byte_pieces = {piece for piece in vocab if _BYTE_PIECE.fullmatch(piece)}
+    first = _first_merges(vocab, model.get("merges") or [], added | {unknown} | byte_pieces)
     if first is None:
         return None
+    proto = _model_proto(ordered, first, unknown=unknown, added=added, byte_pieces=byte_pieces, prefix=prefix)
+    try:
+        encode = sentencepiece.SentencePieceProcessor(model_proto=proto).encode
+    except Exception:  # a vocabulary sentencepiece refuses
+        return None
+    sample = [piece.replace("\u2581", " ") for piece in ordered[:: max(1, len(ordered) // 2000)]
+              if piece not in added]
+    for text in (*CORPUS, *sample):
+        for piece in pieces(text):
+            if piece and encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
+                return None
+    return lambda text: len(encode(text))
+
+
+def _model_proto(ordered: list[str], first: dict[str, int], *, unknown: str, added: set[str],
+                 byte_pieces: set[str], prefix: bool) -> bytes:
+    """A serialized sentencepiece BPE model of the vocabulary (pieces in id order), each ordinary
+    piece scored minus the rank of its first merge, the piece first merged winning as in Hugging
+    Face; spaces become "\u2581" (with one before each piece where ``prefix``)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    sp_model: Any = sentencepiece_model_pb2  # generated protobuf code: no types to check against
     kind = sp_model.ModelProto.SentencePiece.Type
     proto = sp_model.ModelProto()
-    for piece, _ in ordered:
+    for piece in ordered:
         entry = proto.pieces.add()
         entry.piece = piece
         if piece == unknown:
             entry.type = kind.UNKNOWN
         elif piece in added:  # split off before a twin sees the text: never matched there
             entry.type = kind.CONTROL
-        elif piece in other:
+        elif piece in byte_pieces:
             entry.type = kind.BYTE
         else:
-            entry.score = -float(first.get(piece, 0))  # the piece first merged wins, as in Hugging Face
+            entry.score = -float(first.get(piece, 0))
     trainer = proto.trainer_spec
     trainer.model_type = sp_model.TrainerSpec.BPE
     trainer.byte_fallback = True
-    trainer.unk_id = vocab[unknown]
+    trainer.unk_id = ordered.index(unknown)
     trainer.bos_id = trainer.eos_id = trainer.pad_id = -1
     trainer.split_by_whitespace = False  # Hugging Face merges across "\u2581" (whitespace runs)
     trainer.allow_whitespace_only_pieces = True
@@ -253,17 +273,7 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
     norm.add_dummy_prefix = prefix
     norm.remove_extra_whitespaces = False
     norm.escape_whitespaces = True
-    try:
-        encode = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString()).encode
-    except Exception:  # a vocabulary sentencepiece refuses
-        return None
-    sample = [piece.replace("\u2581", " ") for piece, _ in ordered[:: max(1, len(ordered) // 2000)]
-              if piece not in added]
-    for text in (*CORPUS, *sample):
-        for piece in pieces(text):
-            if piece and encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
-                return None
-    return lambda text: len(encode(text))
+    return bytes(proto.SerializeToString())
 
 
 CORPUS = (
