@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -50,18 +50,38 @@ def _request_dict(m: Message) -> dict[str, Any]:
     return d
 
 
-def _memo_tools(validator: Any, checked: set[tuple[str, ...]]) -> Any:
+def _memo_tools(validator: Any, checked: set[tuple[str, ...]], keys: Callable[[Sequence[Any]], tuple[str, ...]]
+                ) -> Any:
     """Tool schemas are checked against JSON Schema's meta-schema once per set of tools, not on
-    every build (it was a third of a Mistral build)."""
+    every build (it was a third of a Mistral build). ``keys``: the tools' JSON."""
     check = validator._validate_tools
 
     def validate_tools(tools: list[Any]) -> None:
-        key = tuple(t.model_dump_json() for t in tools)
+        key = keys(tools)
         if key not in checked:
             check(tools)
             checked.add(key)
 
     validator._validate_tools = validate_tools
+    return validator
+
+
+def _memo_messages(validator: Any) -> Any:
+    """Each message is checked once per validator, by identity: mistral-common's check of a
+    message by its role reads only the message (and, for an assistant message, whether it is
+    the last), and a reusing build hands over the objects earlier builds checked. A message that
+    fails is checked again each time (nothing is kept). The checks of the list's structure (order
+    of roles, calls answered) still run on every build."""
+    passed = IdentityMemo(limit=200_000)
+    for name in ("_validate_user_message", "_validate_assistant_message", "_validate_tool_message",
+                 "_validate_system_message"):
+        check = getattr(validator, name)
+
+        def memo(message: Any, *args: Any, _check: Any = check, _name: str = name, **kwargs: Any) -> None:
+            passed.get((message,), lambda: _check(message, *args, **kwargs),
+                       key=(_name, *args, *kwargs.values()))
+
+        setattr(validator, name, memo)
     return validator
 
 
@@ -120,7 +140,8 @@ class MistralCounter:
         self._costs: dict[Message, int] = {}
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
-        _memo_tools(tokenizer._chat_completion_request_validator, self._checked)
+        self._tools_json = IdentityMemo(limit=64)
+        _memo_messages(_memo_tools(tokenizer._chat_completion_request_validator, self._checked, self._json))
         self._converted: dict[Message, Any] = {}
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
@@ -134,6 +155,11 @@ class MistralCounter:
     def notes(self) -> tuple[str, ...]:
         note = "mistral-common request encoding (exact, memoized per message)"
         return (note, f"renders: {self.off}") if self.off else (note,)
+
+    def _json(self, tools: Sequence[Any]) -> tuple[str, ...]:
+        """mistral-common's tools as JSON, made once per list of the same tool objects (a reusing
+        build's tools are the objects converted on the first)."""
+        return self._tools_json.get(tuple(tools), lambda: tuple(t.model_dump_json() for t in tools))
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
@@ -191,7 +217,8 @@ class MistralCounter:
         if self._finetuning is None:
             from mistral_common.protocol.instruct.validator import ValidationMode
 
-            self._finetuning = _memo_tools(type(default)(mode=ValidationMode.finetuning), self._checked)
+            self._finetuning = _memo_messages(_memo_tools(type(default)(mode=ValidationMode.finetuning),
+                                                          self._checked, self._json))
         return self._finetuning
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
@@ -224,7 +251,7 @@ class MistralCounter:
             if isinstance(msg, UserMessage):
                 is_last = idx == last
                 flags: tuple[Any, ...] = (is_last, idx == first, request.system_prompt,
-                                          tuple(t.model_dump_json() for t in request.available_tools or ())
+                                          self._json(request.available_tools or ())
                                           if is_last else ())
                 fn = lambda m=msg, f=flags, r=request: it.encode_user_message(  # noqa: E731
                     m, r.available_tools, f[0], f[1], system_prompt=r.system_prompt,

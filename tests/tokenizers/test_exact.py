@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from budgeter.core.messages import Message, from_openai_list
+from budgeter.core.messages import Message, ToolCall, from_openai_list
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.mistral import MistralCounter
@@ -216,3 +216,36 @@ def test_mistral_audit_turns_reuse_off_on_a_difference():
     assert counter.count_prompt(messages, tools) == exact
     assert counter.off and any("reuse is off" in n for n in counter.notes)
     assert counter.count_prompt(messages, tools) == exact
+
+
+def test_mistral_checks_each_message_once_and_a_rejected_one_every_time():
+    """mistral-common's check of each message by its role runs once per message across builds
+    that reuse earlier ones (the list's structure is still checked whole); a message it rejects
+    is rejected on every build, nothing about it kept."""
+    from importlib import resources
+
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    from budgeter.errors import TemplateError
+    from budgeter.tokenizers.mistral import mistral_id
+
+    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
+    tok = MistralTokenizer.from_file(str(path))
+    checked: list[str] = []
+    validator = tok._chat_completion_request_validator
+    check = validator._validate_tool_message
+    validator._validate_tool_message = lambda m: checked.append(m.tool_call_id) or check(m)
+    counter = MistralCounter(tok, name="mistral-tekken")
+    messages, tools = _body(seed=6, chars=60_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    for end in ends:
+        assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
+    answered = [mistral_id(m.tool_call_id or "") for m in messages[: ends[-1]] if m.role == "tool"]
+    assert len(answered) > 10 and sorted(checked) == sorted(answered)  # each once, over all builds
+    call = ToolCall(id="call_x", name="bad name!", arguments="{}")
+    bad = [*messages[: ends[0]], Message(role="assistant", tool_calls=(call,)),
+           Message(role="tool", tool_call_id="call_x", content="ok")]
+    for _ in range(2):
+        with pytest.raises(TemplateError, match="must be a-z"):
+            counter.count_prompt(bad, tools)
