@@ -72,14 +72,18 @@ def _memo_messages(validator: Any) -> Any:
     the last), and a reusing build hands over the objects earlier builds checked. A message that
     fails is checked again each time (nothing is kept). The checks of the list's structure (order
     of roles, calls answered) still run on every build."""
-    passed = IdentityMemo(limit=200_000)
+    passed: dict[tuple[Any, ...], Any] = {}  # -> the message itself, so its id stays its own
     for name in ("_validate_user_message", "_validate_assistant_message", "_validate_tool_message",
                  "_validate_system_message"):
         check = getattr(validator, name)
 
         def memo(message: Any, *args: Any, _check: Any = check, _name: str = name, **kwargs: Any) -> None:
-            passed.get((message,), lambda: _check(message, *args, **kwargs),
-                       key=(_name, *args, *kwargs.values()))
+            key = (_name, id(message), *args, *kwargs.values())
+            if passed.get(key) is not message:
+                _check(message, *args, **kwargs)
+                if len(passed) >= 200_000:
+                    passed.clear()
+                passed[key] = message
 
         setattr(validator, name, memo)
     return validator
