@@ -8,8 +8,9 @@ the total equals ``len(encode_chat_completion(request).tokens)``.
 A build also reuses what mistral-common made of each message on earlier builds: its converted
 message (per ``Message``), and the normalizer's output for each run of same-role messages (keyed
 by the converted messages it was given, which persist between builds). The request's
-structure is still validated whole on every build; each message's own checks run once. Every ``audit_every``-th count is also made the plain way and
-compared; a difference turns the reuse off for the profile.
+structure is still validated whole on every build; each message's own checks run once. Every
+``audit_every``-th count is also made the plain way and compared; a difference turns the reuse
+off for the profile.
 A message's own cost is its encoding in a request that holds it alone, the way the newest message
 of a build is encoded: the build that follows finds it counted and tokenizes it no second time.
 Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (deterministic).
