@@ -74,6 +74,7 @@ def _memo_messages(validator: Any) -> Any:
     fails is checked again each time (nothing is kept). The checks of the list's structure (order
     of roles, calls answered) still run on every build."""
     passed: dict[tuple[Any, ...], Any] = {}  # -> the message itself, so its id stays its own
+    # (a plain dict, not an IdentityMemo: its key tuple and a lambda per call cost what the check did)
     for name in ("_validate_user_message", "_validate_assistant_message", "_validate_tool_message",
                  "_validate_system_message"):
         check = getattr(validator, name)
@@ -146,7 +147,7 @@ class MistralCounter:
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
         self._tools_json = IdentityMemo(limit=64)
-        _memo_messages(_memo_tools(tokenizer._chat_completion_request_validator, self._checked, self._json))
+        self._memoized(tokenizer._chat_completion_request_validator)
         self._converted: dict[Message, Any] = {}
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
@@ -165,6 +166,11 @@ class MistralCounter:
         """mistral-common's tools as JSON, made once per list of the same tool objects (a reusing
         build's tools are the objects converted on the first)."""
         return self._tools_json.get(tuple(tools), lambda: tuple(t.model_dump_json() for t in tools))
+
+    def _memoized(self, validator: Any) -> Any:
+        """``validator`` with its tool and per-message checks memoized (both validators share the
+        set of checked tools)."""
+        return _memo_messages(_memo_tools(validator, self._checked, self._json))
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
@@ -222,8 +228,7 @@ class MistralCounter:
         if self._finetuning is None:
             from mistral_common.protocol.instruct.validator import ValidationMode
 
-            self._finetuning = _memo_messages(_memo_tools(type(default)(mode=ValidationMode.finetuning),
-                                                          self._checked, self._json))
+            self._finetuning = self._memoized(type(default)(mode=ValidationMode.finetuning))
         return self._finetuning
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
