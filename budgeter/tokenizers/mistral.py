@@ -94,17 +94,21 @@ def _memo_messages(validator: Any) -> Any:
 def _fast_offsets(tekken: Any) -> None:
     """mistral-common's Tekken ``encode`` shifts each id by ``num_special_tokens``, a property it
     reads once per token (half of a Mistral build's tokenizing): the same shift, read once per
-    call. The ids of the last few long texts are kept: an appended message's text is tokenized
-    for its cost and again inside mistral-common's encoding of the same message."""
+    call. Its tiktoken ``Encoding`` has no special tokens (Tekken handles those itself), so its
+    ``encode`` equals ``encode_ordinary``, which is 1.7x as fast here: ``encode`` looks for special
+    tokens with a pattern made of none, which matches the empty string at every character. The ids
+    of the last few long texts are kept: an appended message's text is tokenized for its cost and
+    again inside mistral-common's encoding of the same message."""
     if not (hasattr(tekken, "_model") and hasattr(tekken, "num_special_tokens")):
         return
     model, shift = tekken._model, tekken.num_special_tokens
+    plain = "encode_ordinary" if not getattr(model, "special_tokens_set", True) else "encode"
     recent: dict[str, list[int]] = {}
 
     def encode(s: str, bos: bool, eos: bool) -> list[int]:
         ids = recent.get(s)
         if ids is None:
-            ids = [t + shift for t in model.encode(s)]
+            ids = [t + shift for t in getattr(model, plain)(s)]
             if len(s) >= 256:
                 if len(recent) >= 32:
                     recent.clear()

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from budgeter.core.messages import Message, ToolCall, from_openai_list
 from budgeter.errors import UnknownTokenizer
@@ -194,12 +196,31 @@ def test_mistral_message_cost_is_its_encoding_alone_and_builds_do_not_tokenize_i
         assert counter.message_cost(m) == len(own.instruct_tokenizer.encode_instruct(alone).tokens), m.role
     model = counter._tok.instruct_tokenizer.tokenizer._model
     encoded: list[str] = []
-    encode = model.encode
-    model.encode = lambda s, *a, **k: encoded.append(s) or encode(s, *a, **k)
+    encode = model.encode_ordinary  # what the counter calls (its Encoding has no special tokens)
+    model.encode_ordinary = lambda s: encoded.append(s) or encode(s)
     assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
     framed = sum(len(m.content) for m in messages if m.role in ("user", "system")) + len(json.dumps(tools))
     tool_text = sum(len(m.content) for m in messages if m.role == "tool")
     assert encoded and sum(map(len, encoded)) <= 2 * framed + 200 < tool_text
+
+
+_TEKKEN_PARTS = ["a", "b c", " ", "\n", "\n\n", "\t", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]",
+                 "<|im_end|>", "ü", "漢字", "🙂", "\u200b", "\x00", "9", "{\"k\": [1, 2]}", "def f(x):\n    return x"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_TEKKEN_PARTS), max_size=120))
+def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
+    """The counter's Tekken encode (``encode_ordinary``, the offset read once, long texts kept)
+    gives the ids of mistral-common's own, untouched tokenizer, special-looking text included."""
+    counter = resolve("mistral-tekken")
+    _mistral_own([Message(role="user", content="load")], [])
+    ours = counter._tok.instruct_tokenizer.tokenizer
+    own = _MISTRAL[0].instruct_tokenizer.tokenizer
+    text = "".join(parts)
+    for s in (text, text * 8):  # the second is long enough to be kept, and is asked for twice
+        for bos, eos in ((False, False), (True, True), (False, False)):
+            assert ours.encode(s, bos=bos, eos=eos) == own.encode(s, bos=bos, eos=eos)
 
 
 def test_mistral_audit_turns_reuse_off_on_a_difference():
