@@ -12,7 +12,8 @@ such a model by listing, for each piece in turn, every pair of pieces that makes
 Hugging Face merges the adjacent pair whose piece is listed first; sentencepiece merges the pair
 whose piece has the highest score. Each piece's score is rebuilt as minus the rank of its first
 merge, and the normalizer (spaces to "\u2581", with or without a "\u2581" put before each piece)
-becomes sentencepiece's own.
+becomes sentencepiece's own. **tiktoken then counts it** from the same scores (~1.9x as fast
+again; see ``_ranked``), handing sentencepiece only text it cannot take.
 
 Either twin is used only after its ids equal Hugging Face's on a built-in corpus (code, prose,
 numbers, whitespace runs, many scripts, emoji, combining marks; the SentencePiece twin also on a
@@ -109,9 +110,9 @@ def twin(tok: Any, pieces: Pieces | None = None) -> tuple[Counter, str] | None:
     fast = _tiktoken(tok)
     if fast is not None:
         return fast, "tiktoken twin of the byte-level BPE"
-    fast = _sentencepiece(tok, pieces or (lambda text: [text]))
-    if fast is not None:
-        return fast, "sentencepiece twin of the SentencePiece BPE"
+    found = _sentencepiece(tok, pieces or (lambda text: [text]))
+    if found is not None:
+        return found
     return None
 
 
@@ -207,7 +208,7 @@ def _first_merges(vocab: dict[str, int], merges: list[Any], other: set[str]) -> 
     return first
 
 
-def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
+def _sentencepiece(tok: Any, pieces: Pieces) -> tuple[Counter, str] | None:
     prefix = _sentencepiece_shape(tok)
     if prefix is None:
         return None
@@ -233,11 +234,92 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> Counter | None:
         return None
     sample = [piece.replace("\u2581", " ") for piece in ordered[:: max(1, len(ordered) // 2000)]
               if piece not in added]
-    for text in (*CORPUS, *sample):
-        for piece in pieces(text):
-            if piece and encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
-                return None
-    return lambda text: len(encode(text))
+    checked = [piece for text in (*CORPUS, *sample) for piece in pieces(text) if piece]
+    for piece in checked:
+        if encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
+            return None
+    slow: Counter = lambda text: len(encode(text))  # noqa: E731
+    ranked = _ranked(vocab, first, other=added | {unknown} | byte_pieces, prefix=prefix, fallback=slow)
+    if ranked is not None and all(ranked[1](piece) in (None, tok.encode(piece, add_special_tokens=False).ids)
+                                  for piece in checked):
+        return ranked[0], ("tiktoken twin of the SentencePiece BPE (sentencepiece for text with a "
+                           "character outside the vocabulary or an odd piece)")
+    return slow, "sentencepiece twin of the SentencePiece BPE"
+
+
+ODD_PIECES = 64
+"""At most this many pieces that their own text does not make (see ``_ranked``)."""
+
+
+def _text(b: bytes) -> str | None:
+    try:
+        return b.decode()
+    except UnicodeDecodeError:  # part of a character
+        return None
+
+
+def _ranked(vocab: dict[str, int], first: dict[str, int], *, other: set[str], prefix: bool, fallback: Counter
+            ) -> tuple[Counter, Callable[[str], list[int] | None]] | None:
+    """tiktoken over a SentencePiece BPE's scores: ~1.9x as fast as sentencepiece on a session's
+    pieces. Returns the counter and, for the checks, the ids it finds (None for text it hands
+    to ``fallback``, the sentencepiece twin).
+
+    - Ranks: tiktoken merges the adjacent pair whose bytes have the lowest rank, sentencepiece the
+      pair whose piece has the highest score; each merged piece's rank is its first merge's, as
+      its score is. Below those, the partial and whole characters of the vocabulary: tiktoken
+      starts from bytes, sentencepiece from characters, so every character is whole before any
+      piece is made. Text with a character outside the vocabulary (bytes then, never merged) goes
+      to ``fallback``.
+    - Split: tiktoken tokenizes each match of its pattern alone. Text is cut before a "\u2581"
+      that follows a character no piece holds before a "\u2581" (Gemma 3: anything but "\u2581"
+      and ">"): no piece can span the cut, so no merge crosses it, and the words are shorter.
+    - tiktoken takes a match that is itself a piece as that piece, without merging. A few pieces
+      are not what their own text makes (Gemma 3: "\u2581YYYY", "\u2581yyyy", "\u2581diffformul",
+      "\u2581::::::::"); text that holds one goes to ``fallback``. More than ``ODD_PIECES``: None.
+    """
+    import tiktoken
+
+    chars = sorted(p for p in vocab if len(p) == 1 and p not in other)
+    made = sorted((p for p in first if len(p) > 1 and p not in other and p in vocab), key=first.__getitem__)
+    ranks: dict[bytes, int] = {}
+    whole = [c.encode() for c in chars]
+    for b in whole:  # a character's first bytes join before anything else, then the character
+        for cut in range(2, len(b)):
+            ranks.setdefault(b[:cut], len(ranks))
+    for b in (*(b for b in whole if len(b) > 1), *(p.encode() for p in made), *(bytes([i]) for i in range(256))):
+        ranks.setdefault(b, len(ranks))
+    before = {p[i - 1] for p in made for i in range(1, len(p)) if p[i] == "\u2581"} - {"\u2581"}
+    held = "".join(f"\\x{{{ord(c):x}}}" for c in sorted(before))  # escaped as tiktoken's regex engine reads
+    pattern = (f"\u2581*(?:[^\u2581{held}]|[{held}]\u2581*)+|\u2581+" if held else "\u2581*[^\u2581]+|\u2581+")
+    try:
+        enc = tiktoken.Encoding(f"spm-twin-{id(vocab)}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    except Exception:  # pragma: no cover - a vocabulary tiktoken refuses
+        return None
+    alone = getattr(enc, "_encode_single_piece", None)  # b"\xff" joins nothing: a piece's text, one token
+    if alone is None:  # pragma: no cover - a tiktoken without it
+        return None
+    odd = [p for p in made if len(alone(p.encode() + b"\xff")) != 2]
+    if len(odd) > ODD_PIECES:
+        return None
+    guard = re.compile("|".join([f"[^{re.escape(''.join(chars))}]", *map(re.escape, odd)])).search
+    encode = enc.encode_ordinary
+    ids_of = {r: vocab[text] for b, r in ranks.items() if (text := _text(b)) is not None and text in vocab}
+
+    def normalized(text: str) -> str | None:
+        spaced = text.replace(" ", "\u2581")
+        if prefix and spaced:
+            spaced = "\u2581" + spaced
+        return None if guard(spaced) else spaced
+
+    def count(text: str) -> int:
+        spaced = normalized(text)
+        return fallback(text) if spaced is None else len(encode(spaced))
+
+    def ids(text: str) -> list[int] | None:
+        spaced = normalized(text)
+        return None if spaced is None else [ids_of.get(r, -1) for r in encode(spaced)]
+
+    return count, ids
 
 
 def _model_proto(ordered: list[str], first: dict[str, int], *, unknown: str, added: set[str],

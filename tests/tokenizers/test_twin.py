@@ -9,6 +9,8 @@ import random
 import re
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from budgeter.tokenizers.backends import HFTokenizer
@@ -120,7 +122,7 @@ def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf):
     """Gemma 3's vocabulary (SentencePiece BPE, byte fallback, no prefix): the twin's count of
     every piece of generated sessions and of random text in many scripts is Hugging Face's."""
     tok = HFTokenizer(gemma_hf, name="gemma3")
-    assert tok.note.startswith("count backend: sentencepiece twin"), tok.note
+    assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
     pieces = _pieces(tok, _texts() + [" " * n + "x" for n in range(1, 40)] + ["\u2581 \u2581\u2581x", "\t" * 9])
     assert len(pieces) > 9_000
     assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
@@ -134,9 +136,61 @@ def test_sentencepiece_twin_counts_as_hf_with_a_prefix_per_piece(gemma_hf):
     hf = Tokenizer.from_str(gemma_hf.to_str())
     hf.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
     tok = HFTokenizer(hf, name="prefixed")
-    assert tok.note.startswith("count backend: sentencepiece twin"), tok.note
+    assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
     pieces = _pieces(tok, _texts()[:3000] + [" ", "  x", "x ", "\n"])
     assert tok.count_batch(pieces) == [len(hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+_ODD = ["\u2581YYYY", "\u2581yyyy", "\u2581diffformul", "\u2581::::::::"]
+"""Gemma 3's pieces that their own text does not make (Hugging Face gives two or more tokens)."""
+
+
+def test_sentencepiece_tiktoken_twin_sends_odd_pieces_and_unknown_characters_to_sentencepiece(gemma_hf):
+    """tiktoken would take a piece that is a whole match of its split as one token; Gemma 3 has
+    four pieces that their own text does not make, and characters outside the vocabulary are
+    bytes to Hugging Face: text holding either is counted by the sentencepiece twin, as HF does."""
+    tok = HFTokenizer(gemma_hf, name="gemma3")
+    for piece in _ODD:
+        text = piece.replace("\u2581", " ")
+        assert len(gemma_hf.encode(text, add_special_tokens=False).ids) > 1  # still odd in this vocabulary
+    texts = [p.replace("\u2581", " ") + tail for p in _ODD for tail in ("", " x", "s", "\u2581", ">")]
+    texts += [head + p for p in _ODD for head in ("a", "a>", "  ")]
+    texts += ["x \ue000 y", "\U000e0001", "\x01\x02 z", "𠀀𠀁 q", "\U0010fffd end", "mixed \ue000 YYYY"]
+    pieces = _pieces(tok, texts)
+    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([" ", ">", "</", "a", "\u2581", "é", "YYYY", "::::", "\ue000"]), max_size=40))
+@example([">", " ", "</"])  # ">\u2581</" is one piece: no cut after ">"
+def test_sentencepiece_tiktoken_twin_cuts_only_where_no_piece_spans(gemma_hf, parts):
+    """The twin cuts text before a space that follows anything but a space or ">" (Gemma 3's
+    only pieces with a character before a space): counts equal Hugging Face's on text made of
+    the characters around those cuts."""
+    tok = _gemma_twin(gemma_hf)
+    pieces = _pieces(tok, ["".join(parts)])  # between added tokens ("<a>" is one), as the twin is handed text
+    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+_GEMMA: dict[int, HFTokenizer] = {}
+
+
+def _gemma_twin(hf: Tokenizer) -> HFTokenizer:
+    if id(hf) not in _GEMMA:
+        _GEMMA[id(hf)] = HFTokenizer(hf, name="gemma3")
+    return _GEMMA[id(hf)]
+
+
+def test_sentencepiece_twin_without_tiktoken_where_too_many_pieces_are_odd(gemma_hf, monkeypatch):
+    """More pieces that their own text does not make than ``ODD_PIECES``: the sentencepiece twin
+    counts everything, as Hugging Face does."""
+    from budgeter.tokenizers import twin as twin_module
+
+    monkeypatch.setattr(twin_module, "ODD_PIECES", len(_ODD) - 1)
+    tok = HFTokenizer(gemma_hf, name="gemma3")
+    assert tok.note.startswith("count backend: sentencepiece twin of the SentencePiece BPE"), tok.note
+    pieces = _pieces(tok, _texts()[:1500] + [p.replace("\u2581", " ") for p in _ODD])
+    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
 
 
 def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_shapes(tmp_path):
