@@ -121,14 +121,27 @@ def _fast_offsets(tekken: Any) -> None:
     tekken.encode = encode
 
 
+LOOKBACK = 8
+"""How far from a request's end the last message of the request it extends is looked for."""
+
+
 class _RunMemo:
     """The normalizer's output for a run of same-role messages, by the identity of the converted
-    messages it was given (they persist between builds). On only while ``on``: the plain path
-    (``full_tokens``, the audit) normalizes afresh."""
+    messages it was given (they persist between builds); and its walk over the request resumed
+    where the request stops sharing messages with the last one of the same conversation. On only
+    while ``on``: the plain path (``full_tokens``, the audit) normalizes afresh."""
 
     def __init__(self, normalizer: Any) -> None:
+        from mistral_common.protocol.instruct.normalize import InstructRequestNormalizer
+
         self.on = True
         self._runs = IdentityMemo(limit=50_000)
+        self._walks: dict[int, _Walk] = {}
+        """Recent walks by the identity of their last message (which the walk keeps alive): a
+        request that extends an earlier one holds that message a few places from its end.
+        (Conversations of one agent often begin alike: the same system prompt and first
+        messages, converted once, so their first messages tell them apart less well.)"""
+        self._normalizer = normalizer
         aggregate = normalizer._aggregate_role
 
         def aggregate_role(messages: list[Any], role: Any, latest_call_ids: list[str]) -> Any:
@@ -138,6 +151,67 @@ class _RunMemo:
                                   key=(role, tuple(latest_call_ids)))
 
         normalizer._aggregate_role = aggregate_role
+        if type(normalizer)._aggregate_messages is InstructRequestNormalizer._aggregate_messages:
+            plain = normalizer._aggregate_messages  # (a subclass with its own walk keeps it)
+            normalizer._aggregate_messages = lambda messages: (
+                self._aggregate(messages) if self.on and messages else plain(messages))
+
+    def _aggregate(self, messages: list[Any]) -> list[Any]:
+        """``InstructRequestNormalizer._aggregate_messages``, walked from the start of the last run
+        that begins before the first message this request does not share (by identity) with the
+        conversation's previous request: every run before it is that request's output."""
+        from mistral_common.protocol.instruct.messages import Roles
+
+        normalizer = self._normalizer
+        walks = self._walks
+        last = next((walks[id(m)] for m in reversed(messages[-LOOKBACK:]) if id(m) in walks), None)
+        resume: tuple[int, int, tuple[str, ...]] = (0, 0, ())
+        if last is not None:
+            shared, n = 0, min(len(last.inputs), len(messages))
+            while shared < n and last.inputs[shared] is messages[shared]:
+                shared += 1
+            resume = next((mark for mark in reversed(last.marks) if mark[0] < shared), resume)
+        start, kept, ids = resume
+        out = last.outputs[:kept] if last is not None else []
+        marks = [mark for mark in last.marks if mark[0] < start] if last is not None else []
+        call_ids = list(ids)
+        run: list[Any] = []
+        role: Any = None
+        weight: Any = None
+        for index in range(start, len(messages)):
+            message = messages[index]
+            new_weight = getattr(message, "weight", None)
+            if role != message.role or new_weight != weight:
+                if run:
+                    out.extend(normalizer._aggregate_role(run, role, call_ids))
+                    if role == Roles.assistant:
+                        call_ids.extend(call.id for call in out[-1].tool_calls or ())
+                    elif role == Roles.tool:
+                        call_ids.clear()  # reordering depends only on the latest assistant message
+                marks.append((index, len(out), tuple(call_ids)))
+                run = []
+            role, weight = message.role, new_weight
+            run.append(message)
+        if run:
+            out.extend(normalizer._aggregate_role(run, role, call_ids))
+        if len(walks) >= 1024:
+            walks.clear()
+        walks[id(messages[-1])] = _Walk(list(messages), marks, out)
+        if not out or (not normalizer._system_prompt_in_begin and out[0].role != Roles.user):
+            out = [normalizer._user_message_class(content=""), *out]
+        else:
+            out = list(out)
+        return out
+
+
+class _Walk:
+    """One walk of the normalizer: its input, where each run started (index, outputs before it,
+    the latest call ids then) and its output (before an empty user message is put first)."""
+
+    __slots__ = ("inputs", "marks", "outputs")
+
+    def __init__(self, inputs: list[Any], marks: list[tuple[int, int, tuple[str, ...]]], outputs: list[Any]) -> None:
+        self.inputs, self.marks, self.outputs = inputs, marks, outputs
 
 
 class MistralCounter:

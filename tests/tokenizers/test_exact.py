@@ -271,3 +271,48 @@ def test_mistral_checks_each_message_once_and_a_rejected_one_every_time():
     for _ in range(2):
         with pytest.raises(TemplateError, match="must be a-z"):
             counter.count_prompt(bad, tools)
+
+
+def test_mistral_walk_resumes_where_the_conversation_changed():
+    """A build that extends its conversation's previous one hands mistral-common's normalizer
+    only the runs from the last shared one on; two conversations built in turn, a message changed
+    in the middle, a tool result added to a run of them, and user messages merged all count what
+    mistral-common's own encoding counts."""
+    from importlib import resources
+
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
+    tok = MistralTokenizer.from_file(str(path))
+    counter = MistralCounter(tok, name="mistral-tekken")
+    counter.audit_every = 10**9  # reusing builds only
+    normalizer = tok._instruct_request_normalizer
+    runs: list[int] = []
+    aggregate = normalizer._aggregate_role
+    normalizer._aggregate_role = lambda ms, role, ids: runs.append(len(ms)) or aggregate(ms, role, ids)
+    one, tools = _body(seed=6, chars=40_000)
+    two, _ = _body(seed=8, chars=40_000)
+    one = [m for m in one if "<think>" not in m.content]
+    two = [m for m in two if "<think>" not in m.content]
+    ends = [i for i in range(3, min(len(one), len(two)) + 1)
+            if one[i - 1].role != "assistant" and two[i - 1].role != "assistant"]
+    def run_start(messages, end):  # where the run of same-role messages holding messages[end - 1] starts
+        i = end - 1
+        while i > 0 and messages[i - 1].role == messages[end - 1].role:
+            i -= 1
+        return i
+
+    for before, end in zip([0, *ends[:-1]], ends, strict=True):
+        for messages in (one, two):
+            runs.clear()
+            assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
+            if before:  # the conversation's previous build was a prefix of this one
+                assert sum(runs) == end - run_start(messages, before), (before, end, runs)
+    end = ends[-1]
+    middle = next(i for i in range(end // 2, end) if one[i].role == "tool")
+    changed = [*one[:middle], Message(role="tool", tool_call_id=one[middle].tool_call_id, content="changed"),
+               *one[middle + 1:end]]
+    extra = Message(role="user", content="and one more thing")
+    for messages in (changed, one[:end], [*one[:end], extra], [*one[:end], extra, Message(role="user", content="x")]):
+        assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
+    assert counter.off == ""
