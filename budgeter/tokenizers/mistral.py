@@ -172,8 +172,9 @@ class _RunMemo:
                 shared += 1
             resume = next((mark for mark in reversed(last.marks) if mark[0] < shared), resume)
         start, kept, ids = resume
-        out = last.outputs[:kept] if last is not None else []
-        marks = [mark for mark in last.marks if mark[0] < start] if last is not None else []
+        outputs, before = (last.outputs, last.marks) if last is not None else ([], [])
+        out = outputs[:kept]
+        marks = [mark for mark in before if mark[0] < start]
         call_ids = list(ids)
         run: list[Any] = []
         role: Any = None

@@ -224,7 +224,8 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> tuple[Counter, str] | None:
     if [vocab[piece] for piece in ordered] != list(range(len(ordered))) or unknown not in vocab:
         return None
     byte_pieces = {piece for piece in vocab if _BYTE_PIECE.fullmatch(piece)}
-    first = _first_merges(vocab, model.get("merges") or [], added | {unknown} | byte_pieces)
+    other = added | {unknown} | byte_pieces  # never merged or made in the text a twin is handed
+    first = _first_merges(vocab, model.get("merges") or [], other)
     if first is None:
         return None
     proto = _model_proto(ordered, first, unknown=unknown, added=added, byte_pieces=byte_pieces, prefix=prefix)
@@ -235,13 +236,13 @@ def _sentencepiece(tok: Any, pieces: Pieces) -> tuple[Counter, str] | None:
     sample = [piece.replace("\u2581", " ") for piece in ordered[:: max(1, len(ordered) // 2000)]
               if piece not in added]
     checked = [piece for text in (*CORPUS, *sample) for piece in pieces(text) if piece]
-    for piece in checked:
-        if encode(piece) != tok.encode(piece, add_special_tokens=False).ids:
-            return None
+    expected = [tok.encode(piece, add_special_tokens=False).ids for piece in checked]  # once, for both twins
+    if any(encode(piece) != ids for piece, ids in zip(checked, expected, strict=True)):
+        return None
     slow: Counter = lambda text: len(encode(text))  # noqa: E731
-    ranked = _ranked(vocab, first, other=added | {unknown} | byte_pieces, prefix=prefix, fallback=slow)
-    if ranked is not None and all(ranked[1](piece) in (None, tok.encode(piece, add_special_tokens=False).ids)
-                                  for piece in checked):
+    ranked = _ranked(vocab, first, other=other, prefix=prefix, fallback=slow)
+    if ranked is not None and all(ranked[1](piece) in (None, ids)
+                                  for piece, ids in zip(checked, expected, strict=True)):
         return ranked[0], ("tiktoken twin of the SentencePiece BPE (sentencepiece for text with a "
                            "character outside the vocabulary or an odd piece)")
     return slow, "sentencepiece twin of the SentencePiece BPE"
