@@ -23,7 +23,7 @@ import logging
 import string
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import Message, to_template
@@ -91,6 +91,58 @@ def _memo_messages(validator: Any) -> Any:
     return validator
 
 
+def _resume_checks(validator: Any, on: Callable[[], bool]) -> Any:
+    """mistral-common's checks of a message list's structure, resumed where the list stops sharing
+    messages (by identity) with one the validator passed while ``on`` (a reusing build, whose
+    messages are the objects earlier builds converted), for each check that is mistral-common's
+    own (a subclass's override runs whole). Each check is a walk whose verdict on the shared part
+    is known, and each runs over the tail of the list that holds what it has not seen:
+    - the order of roles is checked pair by pair: from the last shared message;
+    - every assistant message resets the count of tool results it waits for, and the check fails
+      there if the count is not zero: from the message before the last shared assistant message
+      (the check skips the first message of a list);
+    - each message's content is checked with whether it is the last: from the last shared message.
+    """
+    from mistral_common.protocol.instruct.messages import Roles
+    from mistral_common.protocol.instruct.validator import MistralRequestValidator as Base
+
+    passed: _Walks[None] = _Walks()
+    resume: list[tuple[Any, int]] = []  # (the list being validated, its messages shared with a passed one)
+
+    def before_last_assistant(shared: int, messages: Any) -> int:
+        return next((j for j in range(shared - 1, 0, -1) if messages[j].role == Roles.assistant), 1) - 1
+
+    def resumed(check: Callable[[Any], None], start: Callable[[int, Any], int]) -> Callable[[Any], None]:
+        def run(messages: Any) -> None:
+            if resume and resume[-1][0] is messages and resume[-1][1]:
+                messages = messages[start(resume[-1][1], messages):]
+            check(messages)
+        return run
+
+    checks: dict[str, Callable[[int, Any], int]] = {
+        "_validate_message_order": lambda shared, _: shared - 1,
+        "_validate_tool_calls_followed_by_tool_messages": before_last_assistant,
+        "_validate_message_list_content": lambda shared, _: shared - 1,
+    }
+    for name, start in checks.items():
+        if getattr(type(validator), name) is getattr(Base, name):
+            setattr(validator, name, resumed(getattr(validator, name), start))
+    plain = validator.validate_messages
+
+    def validate_messages(messages: list[Any]) -> None:
+        if not messages or not on():
+            return plain(messages)
+        resume.append((messages, passed.find(messages)[1]))
+        try:
+            plain(messages)
+        finally:
+            resume.pop()
+        passed.keep(messages, None)
+
+    validator.validate_messages = validate_messages
+    return validator
+
+
 def _fast_offsets(tekken: Any) -> None:
     """mistral-common's Tekken ``encode`` shifts each id by ``num_special_tokens``, a property it
     reads once per token (half of a Mistral build's tokenizing): the same shift, read once per
@@ -122,7 +174,39 @@ def _fast_offsets(tekken: Any) -> None:
 
 
 LOOKBACK = 8
-"""How far from a request's end the last message of the request it extends is looked for."""
+"""How far from a list's end the last item of the list it extends is looked for."""
+
+W = TypeVar("W")
+
+
+class _Walks(Generic[W]):
+    """Recent walks over lists, by the identity of each list's last item: a build's request
+    extends an earlier one of the same conversation and holds that one's last message a few
+    places from its end. (Conversations of one agent often begin alike, the same system prompt and
+    first messages converted once, so their first messages tell them apart less well.) The lists
+    are kept with the walks, so an id stays its own while its walk is held."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._items: dict[int, tuple[list[Any], W]] = {}
+        self._limit = limit
+
+    def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
+        """The walk of the list ``items`` extends, and how many first items the two share (by
+        identity); ``(None, 0)`` if none is held."""
+        for item in reversed(items[-LOOKBACK:]):
+            hit = self._items.get(id(item))
+            if hit is not None:
+                inputs, walk = hit
+                shared, n = 0, min(len(inputs), len(items))
+                while shared < n and inputs[shared] is items[shared]:
+                    shared += 1
+                return walk, shared
+        return None, 0
+
+    def keep(self, items: Sequence[Any], walk: W) -> None:
+        if len(self._items) >= self._limit:
+            self._items.clear()
+        self._items[id(items[-1])] = (list(items), walk)
 
 
 class _RunMemo:
@@ -134,13 +218,9 @@ class _RunMemo:
     def __init__(self, normalizer: Any) -> None:
         from mistral_common.protocol.instruct.normalize import InstructRequestNormalizer
 
-        self.on = True
+        self.on = False
         self._runs = IdentityMemo(limit=50_000)
-        self._walks: dict[int, _Walk] = {}
-        """Recent walks by the identity of their last message (which the walk keeps alive): a
-        request that extends an earlier one holds that message a few places from its end.
-        (Conversations of one agent often begin alike: the same system prompt and first
-        messages, converted once, so their first messages tell them apart less well.)"""
+        self._walks: _Walks[_Walk] = _Walks()
         self._normalizer = normalizer
         aggregate = normalizer._aggregate_role
 
@@ -163,13 +243,9 @@ class _RunMemo:
         from mistral_common.protocol.instruct.messages import Roles
 
         normalizer = self._normalizer
-        walks = self._walks
-        last = next((walks[id(m)] for m in reversed(messages[-LOOKBACK:]) if id(m) in walks), None)
+        last, shared = self._walks.find(messages)
         resume: tuple[int, int, tuple[str, ...]] = (0, 0, ())
         if last is not None:
-            shared, n = 0, min(len(last.inputs), len(messages))
-            while shared < n and last.inputs[shared] is messages[shared]:
-                shared += 1
             resume = next((mark for mark in reversed(last.marks) if mark[0] < shared), resume)
         start, kept, ids = resume
         outputs, before = (last.outputs, last.marks) if last is not None else ([], [])
@@ -195,9 +271,7 @@ class _RunMemo:
             run.append(message)
         if run:
             out.extend(normalizer._aggregate_role(run, role, call_ids))
-        if len(walks) >= 1024:
-            walks.clear()
-        walks[id(messages[-1])] = _Walk(list(messages), marks, out)
+        self._walks.keep(messages, _Walk(marks, out))
         if not out or (not normalizer._system_prompt_in_begin and out[0].role != Roles.user):
             out = [normalizer._user_message_class(content=""), *out]
         else:
@@ -206,13 +280,24 @@ class _RunMemo:
 
 
 class _Walk:
-    """One walk of the normalizer: its input, where each run started (index, outputs before it,
-    the latest call ids then) and its output (before an empty user message is put first)."""
+    """One walk of the normalizer: where each run started (index, outputs before it, the latest
+    call ids then) and its output (before an empty user message is put first)."""
 
-    __slots__ = ("inputs", "marks", "outputs")
+    __slots__ = ("marks", "outputs")
 
-    def __init__(self, inputs: list[Any], marks: list[tuple[int, int, tuple[str, ...]]], outputs: list[Any]) -> None:
-        self.inputs, self.marks, self.outputs = inputs, marks, outputs
+    def __init__(self, marks: list[tuple[int, int, tuple[str, ...]]], outputs: list[Any]) -> None:
+        self.marks, self.outputs = marks, outputs
+
+
+class _Counted:
+    """One count of a normalized request: what its messages' flags depend on (the first and last
+    user message, the system prompt, the tools' JSON) and ``sums[i]``, the tokens before message
+    ``i`` (``sums[0]``: the start)."""
+
+    __slots__ = ("first", "last", "system_prompt", "tools", "sums")
+
+    def __init__(self, first: int, last: int, system_prompt: Any, tools: tuple[str, ...], sums: list[int]) -> None:
+        self.first, self.last, self.system_prompt, self.tools, self.sums = first, last, system_prompt, tools, sums
 
 
 class MistralCounter:
@@ -222,6 +307,8 @@ class MistralCounter:
         self._memo: dict[tuple[Any, ...], int] = {}
         self._same = IdentityMemo(limit=200_000)
         """A normalized message's count under its flags, by the message's identity (reuse only)."""
+        self._counted_walks: _Walks[_Counted] = _Walks()
+        """Recent counts of reusing builds, resumed by the builds that extend them."""
         self._costs: dict[Message, int] = {}
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
@@ -249,7 +336,8 @@ class MistralCounter:
     def _memoized(self, validator: Any) -> Any:
         """``validator`` with its tool and per-message checks memoized (both validators share the
         set of checked tools)."""
-        return _memo_messages(_memo_tools(validator, self._checked, self._json))
+        return _resume_checks(_memo_messages(_memo_tools(validator, self._checked, self._json)),
+                              lambda: self._runs.on)
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
@@ -326,7 +414,10 @@ class MistralCounter:
     def _count(self, request: Any, *, reuse: bool = False) -> int:
         """The request's token count, message by message. ``reuse``: the request's messages are
         the objects earlier builds normalized, so a message seen before with the same flags is
-        looked up by identity instead of by its JSON."""
+        looked up by identity instead of by its JSON, and the walk starts where the request stops
+        sharing messages with the conversation's previous one, or where a message's flags change:
+        a message's flags depend only on its place against the first and last user message, the
+        system prompt and (for the last user message) the tools."""
         from mistral_common.protocol.instruct.messages import (
             AssistantMessage,
             ToolMessage,
@@ -335,13 +426,21 @@ class MistralCounter:
 
         it = self._tok.instruct_tokenizer
         first, last = it.find_first_last_user(request)
-        total = len(it.start())
-        for idx, msg in enumerate(request.messages):
+        messages = request.messages
+        tools = self._json(request.available_tools or ())
+        sums = [len(it.start())]
+        start = 0
+        if reuse:
+            walk, shared = self._counted_walks.find(messages)
+            if walk is not None and walk.first == first and walk.system_prompt == request.system_prompt:
+                start = shared if (walk.last, walk.tools) == (last, tools) else max(0, min(shared, walk.last, last))
+                sums = walk.sums[:start + 1]
+        total = sums[-1]
+        for idx in range(start, len(messages)):
+            msg = messages[idx]
             if isinstance(msg, UserMessage):
                 is_last = idx == last
-                flags: tuple[Any, ...] = (is_last, idx == first, request.system_prompt,
-                                          self._json(request.available_tools or ())
-                                          if is_last else ())
+                flags: tuple[Any, ...] = (is_last, idx == first, request.system_prompt, tools if is_last else ())
                 fn = lambda m=msg, f=flags, r=request: it.encode_user_message(  # noqa: E731
                     m, r.available_tools, f[0], f[1], system_prompt=r.system_prompt,
                     force_img_first=True, settings=r.settings)[0]
@@ -359,6 +458,9 @@ class MistralCounter:
                 total += self._same.get((msg,), self._counted, msg, flags, fn, key=flags)
             else:
                 total += self._counted(msg, flags, fn)
+            sums.append(total)
+        if reuse and messages:
+            self._counted_walks.keep(messages, _Counted(first, last, request.system_prompt, tools, sums))
         return total
 
     def _counted(self, msg: Any, flags: tuple[Any, ...], encode: Any) -> int:

@@ -233,6 +233,8 @@ def test_mistral_audit_turns_reuse_off_on_a_difference():
     counter.count_prompt(messages, tools)
     memo = counter._same._items  # a cache gone wrong: every remembered count one too high
     memo.update({k: (objects, n + 1) for k, (objects, n) in memo.items()})
+    for _, walk in counter._counted_walks._items.values():  # and every remembered walk's sums
+        walk.sums[:] = [n + 1 for n in walk.sums]
     counter.audit_every = 1
     assert counter.count_prompt(messages, tools) == exact
     assert counter.off and any("reuse is off" in n for n in counter.notes)
@@ -316,3 +318,95 @@ def test_mistral_walk_resumes_where_the_conversation_changed():
     for messages in (changed, one[:end], [*one[:end], extra], [*one[:end], extra, Message(role="user", content="x")]):
         assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
     assert counter.off == ""
+
+
+_TURNS = ["user", "user", "assistant", "call", "calls", "calls", "unanswered", "tool", "system"]
+
+
+def _conversation(turns: list[str]) -> list[Message]:
+    """Messages for turns of the given kinds: a user or system message, an assistant's text, an
+    assistant's call(s) with their results, a call left unanswered, a stray tool result; mostly
+    valid conversations, some not."""
+    messages: list[Message] = []
+    for n, kind in enumerate(turns):
+        if kind in ("call", "calls", "unanswered"):
+            ids = [f"call_{n}_{k}" for k in range(2 if kind == "calls" else 1)]
+            calls = tuple(ToolCall(id=i, name="read_file", arguments=json.dumps({"path": f"f{n}.py"})) for i in ids)
+            messages.append(Message(role="assistant", tool_calls=calls))
+            if kind != "unanswered":
+                messages += [Message(role="tool", tool_call_id=i, content=f"result {i}") for i in ids]
+        elif kind == "tool":
+            messages.append(Message(role="tool", tool_call_id=f"call_x{n}", content=f"result {n}"))
+        else:
+            messages.append(Message(role=kind, content=f"{kind} {n}"))
+    return messages
+
+
+def _outcome(count, messages, tools):
+    try:
+        return count(messages, tools)
+    except Exception:  # budgeter's TemplateError, mistral-common's own exception
+        return "rejected"
+
+
+_RESUMING: list[MistralCounter] = []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_TURNS), min_size=1, max_size=10), st.integers(1, 3), st.booleans(),
+       st.sets(st.integers(0, 24), max_size=4))
+def test_mistral_resumed_checks_and_counts_agree_with_mistral_commons_own(turns, step, vary_tools, dropped):
+    """Builds that extend earlier ones, cut them or drop messages from their middle (valid or not)
+    check the list's structure from where it stops sharing messages with one that passed, and
+    count from there: each build is accepted or rejected, and counted, as mistral-common's own
+    tokenizer does the whole request."""
+    if not _RESUMING:  # one for every example: equal messages of two examples convert to the same objects
+        _RESUMING.append(MistralCounter.builtin("tekken_240911.json", name="mistral-tekken"))
+        _RESUMING[0].audit_every = 10**9  # reusing builds only
+    counter = _RESUMING[0]
+    messages, tools = _conversation(turns), _body(seed=1, chars=1000)[1]
+    ends = sorted({*range(step, len(messages), step), len(messages)})
+    kept = [m for i, m in enumerate(messages) if i not in dropped]
+    builds = [messages[:end] for end in [*ends, *reversed(ends)]]  # each extends the one before, then cuts it
+    for n, part in enumerate([*builds, kept, messages]):
+        given_tools = tools[: 1 + n % 2] if vary_tools else tools
+        if not part or part[-1].role == "assistant":
+            continue
+        assert _outcome(counter.count_prompt, part, given_tools) == _outcome(_mistral_own, part, given_tools), len(part)
+
+
+def test_mistral_builds_check_and_count_only_what_follows_the_shared_messages():
+    """A build that extends its conversation's previous one runs mistral-common's checks of the
+    list's structure over its tail only, and counts only the messages from the last shared one
+    (where no new user message changes the flags of the ones before it)."""
+    from importlib import resources
+
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
+    tok = MistralTokenizer.from_file(str(path))
+    validator = tok._chat_completion_request_validator
+    checked: dict[str, list[int]] = {"order": [], "pairing": []}
+    order, pairing = validator._validate_message_order, validator._validate_tool_calls_followed_by_tool_messages
+    validator._validate_message_order = lambda ms: checked["order"].append(len(ms)) or order(ms)
+    validator._validate_tool_calls_followed_by_tool_messages = (
+        lambda ms: checked["pairing"].append(len(ms)) or pairing(ms))
+    counter = MistralCounter(tok, name="mistral-tekken")
+    counter.audit_every = 10**9  # reusing builds only
+    counted: list[int] = []
+    get = counter._same.get
+    counter._same.get = lambda *a, **k: counted.append(1) or get(*a, **k)
+    messages, tools = _body(seed=6, chars=40_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    for before, end in zip([0, *ends[:-1]], ends, strict=True):
+        for seen in (*checked.values(), counted):
+            seen.clear()
+        assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
+        if before > 4:
+            new = end - before
+            assistant = max(i for i in range(before) if messages[i].role == "assistant")  # the last shared one
+            assert checked == {"order": [new + 1], "pairing": [end - assistant + 1]}, (before, end, checked)
+            if all(m.role != "user" for m in messages[before:end]):  # (a new user message changes flags before it)
+                assert len(counted) <= new + 1, (before, end, counted)
+    assert len(ends) > 10 and counter.off == ""
