@@ -235,6 +235,18 @@ class _RunMemo:
             plain = normalizer._aggregate_messages  # (a subclass with its own walk keeps it)
             normalizer._aggregate_messages = lambda messages: (
                 self._aggregate(messages) if self.on and messages else plain(messages))
+        if type(normalizer)._build_instruct_request is InstructRequestNormalizer._build_instruct_request:
+            build = normalizer._build_instruct_request
+            blank = _Blank(normalizer._instruct_request_class)
+
+            def build_instruct_request(*, messages: list[Any], system_prompt: Any, request: Any,
+                                       settings: Any) -> Any:
+                if not self.on:
+                    return build(messages=messages, system_prompt=system_prompt, request=request, settings=settings)
+                return blank(messages=messages, system_prompt=system_prompt, available_tools=request.tools,
+                             settings=settings)
+
+            normalizer._build_instruct_request = build_instruct_request
 
     def _aggregate(self, messages: list[Any]) -> list[Any]:
         """``InstructRequestNormalizer._aggregate_messages``, walked from the start of the last run
@@ -279,6 +291,20 @@ class _RunMemo:
         return out
 
 
+class _Blank:
+    """A pydantic request of mistral-common's with the given fields, made as a copy of one it
+    validated once with no messages, instead of validated afresh: its validation checks every
+    message again on each build (pydantic runs each message's own validators again, a quarter of a
+    reusing count), though the messages are the objects validated when converted or normalized,
+    unchanged since. Its other fields keep the values its validation gave."""
+
+    def __init__(self, cls: Any) -> None:
+        self._blank = cls(messages=[])
+
+    def __call__(self, **fields: Any) -> Any:
+        return self._blank.model_copy(update=fields)
+
+
 class _Walk:
     """One walk of the normalizer: where each run started (index, outputs before it, the latest
     call ids then) and its output (before an empty user message is put first)."""
@@ -317,6 +343,8 @@ class MistralCounter:
         self._converted: dict[Message, Any] = {}
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
+        self._request: Any = None
+        """Reusing builds' ``ChatCompletionRequest`` (a ``_Blank``), made on the first."""
         _fast_offsets(tokenizer.instruct_tokenizer.tokenizer)
         self.audit_every = 64
         self._counts = 0
@@ -354,9 +382,10 @@ class MistralCounter:
 
         self._runs.on = reuse
         try:
+            if reuse and self._request is None:
+                self._request = _Blank(ChatCompletionRequest)
             if reuse:
-                req = ChatCompletionRequest(messages=[self._convert(m) for m in messages],
-                                            tools=self._convert_tools(tools))
+                req = self._request(messages=[self._convert(m) for m in messages], tools=self._convert_tools(tools))
             else:
                 req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
             valid = self._validator(messages).validate_request(req)

@@ -410,3 +410,24 @@ def test_mistral_builds_check_and_count_only_what_follows_the_shared_messages():
             if all(m.role != "user" for m in messages[before:end]):  # (a new user message changes flags before it)
                 assert len(counted) <= new + 1, (before, end, counted)
     assert len(ends) > 10 and counter.off == ""
+
+
+def test_mistral_reusing_builds_make_the_requests_mistral_commons_validation_makes():
+    """A reusing build's chat completion request and normalized instruct request (copies of ones
+    validated once, given the messages validated when converted) equal the ones mistral-common's
+    own validating constructors make of the same messages, field for field."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    normalizer = counter._tok._instruct_request_normalizer
+    messages, tools = _body(seed=6, chars=30_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    for end in ends[::3]:
+        ours = counter._instruct(messages[:end], tools, reuse=True)
+        own = ChatCompletionRequest(messages=[counter._convert(m) for m in messages[:end]],
+                                    tools=counter._convert_tools(tools))
+        assert counter._request(messages=own.messages, tools=own.tools) == own
+        assert ours == normalizer.from_chat_completion_request(own)  # (reuse off outside _instruct)
+        assert ours.model_dump() == normalizer.from_chat_completion_request(own).model_dump()
+    assert len(ends) > 6
