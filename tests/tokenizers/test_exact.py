@@ -212,7 +212,8 @@ _TEKKEN_PARTS = ["a", "b c", " ", "\n", "\n\n", "\t", "<s>", "</s>", "[INST]", "
 @given(st.lists(st.sampled_from(_TEKKEN_PARTS), max_size=120))
 def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
     """The counter's Tekken encode (``encode_ordinary``, the offset read once, long texts kept)
-    gives the ids of mistral-common's own, untouched tokenizer, special-looking text included."""
+    gives the ids of mistral-common's own, untouched tokenizer, special-looking text included, and
+    as many of them while counting (not shifted)."""
     counter = resolve("mistral-tekken")
     _mistral_own([Message(role="user", content="load")], [])
     ours = counter._tok.instruct_tokenizer.tokenizer
@@ -221,6 +222,12 @@ def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
     for s in (text, text * 8):  # the second is long enough to be kept, and is asked for twice
         for bos, eos in ((False, False), (True, True), (False, False)):
             assert ours.encode(s, bos=bos, eos=eos) == own.encode(s, bos=bos, eos=eos)
+        counter._lengths_only[0] = True  # as while counting: ids not shifted, as many
+        try:
+            assert len(ours.encode(s, bos=True, eos=True)) == len(own.encode(s, bos=True, eos=True))
+        finally:
+            counter._lengths_only[0] = False
+        assert ours.encode(s, bos=False, eos=False) == own.encode(s, bos=False, eos=False)  # the kept ids unchanged
 
 
 def test_mistral_audit_turns_reuse_off_on_a_difference():
