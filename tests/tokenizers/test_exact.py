@@ -438,3 +438,28 @@ def test_mistral_reusing_builds_make_the_requests_mistral_commons_validation_mak
         assert ours == normalizer.from_chat_completion_request(own)  # (reuse off outside _instruct)
         assert ours.model_dump() == normalizer.from_chat_completion_request(own).model_dump()
     assert len(ends) > 6
+
+
+def test_mistral_session_tokenizes_each_text_once():
+    """Turn by turn, each new message priced alone and then the request counted, as a session
+    does: no text of 64 characters or more is tokenized twice, neither when the build meets the
+    messages priced alone nor when a user message changes the flags of the messages before it."""
+    import collections
+
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    counter.audit_every = 10**9  # reusing builds only (an audit's ids are made afresh)
+    model = counter._tok.instruct_tokenizer.tokenizer._model
+    encoded: collections.Counter[str] = collections.Counter()
+    encode = model.encode_ordinary
+    model.encode_ordinary = lambda s: encoded.update([s]) or encode(s)
+    messages, tools = _body(seed=6, chars=60_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    users = 0
+    for before, end in zip([0, *ends[:-1]], ends, strict=True):
+        for m in messages[before:end]:
+            counter.message_cost(m)
+        users += any(m.role == "user" for m in messages[before:end]) and before > 2
+        assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
+    again = {len(s): n for s, n in encoded.items() if n > 1 and len(s) >= 64}
+    assert users >= 1 and not again and sum(map(len, encoded)) > 50_000
