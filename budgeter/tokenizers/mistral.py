@@ -7,8 +7,9 @@ the total equals ``len(encode_chat_completion(request).tokens)``.
 
 A build also reuses what mistral-common made of each message on earlier builds: its converted
 message (per ``Message``), and the normalizer's output for each run of same-role messages (keyed
-by the converted messages it was given, which persist between builds). The request's
-structure is still validated whole on every build; each message's own checks run once. Every
+by the converted messages it was given, which persist between builds). Each message's own checks
+run once; the checks of the request's structure, the normalizer's walk and the count resume where
+the request stops sharing messages with the conversation's previous one (``_Walks``). Every
 ``audit_every``-th count is also made the plain way and compared; a difference turns the reuse
 off for the profile.
 A message's own cost is its encoding in a request that holds it alone, the way the newest message
