@@ -260,8 +260,7 @@ class _RunMemo:
             build = normalizer._build_instruct_request
             blank = _Blank(normalizer._instruct_request_class)
 
-            def build_instruct_request(*, messages: list[Any], system_prompt: Any, request: Any,
-                                       settings: Any) -> Any:
+            def build_instruct_request(messages: list[Any], system_prompt: Any, request: Any, settings: Any) -> Any:
                 if not self.on:
                     return build(messages=messages, system_prompt=system_prompt, request=request, settings=settings)
                 return blank(messages=messages, system_prompt=system_prompt, available_tools=request.tools,

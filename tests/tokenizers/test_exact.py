@@ -447,7 +447,7 @@ def test_mistral_session_tokenizes_each_text_once():
     import collections
 
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
-    counter.audit_every = 10**9  # reusing builds only (an audit's ids are made afresh)
+    counter.audit_every = 10**9  # reusing builds only
     model = counter._tok.instruct_tokenizer.tokenizer._model
     encoded: collections.Counter[str] = collections.Counter()
     encode = model.encode_ordinary
