@@ -72,8 +72,8 @@ def _memo_messages(validator: Any) -> Any:
     """Each message is checked once per validator, by identity: mistral-common's check of a
     message by its role reads only the message (and, for an assistant message, whether it is
     the last), and a reusing build hands over the objects earlier builds checked. A message that
-    fails is checked again each time (nothing is kept). The checks of the list's structure (order
-    of roles, calls answered) still run on every build."""
+    fails is checked again each time (nothing is kept). (The checks of the list's structure resume
+    where the list changed: ``_resume_checks``.)"""
     passed: dict[tuple[Any, ...], Any] = {}  # -> the message itself, so its id stays its own
     # (a plain dict, not an IdentityMemo: its key tuple and a lambda per call cost what the check did)
     for name in ("_validate_user_message", "_validate_assistant_message", "_validate_tool_message",
@@ -148,7 +148,7 @@ LENGTHS_HELD = 4_000_000
 """How many characters of text the Tekken encode keeps the id counts of (in a map by text)."""
 
 
-def _fast_offsets(tekken: Any) -> list[bool]:
+def _fast_encode(tekken: Any) -> list[bool]:
     """mistral-common's Tekken ``encode`` shifts each id by ``num_special_tokens``, a property it
     reads once per token (half of a Mistral build's tokenizing): the same shift, read once per
     call. Its tiktoken ``Encoding`` has no special tokens (Tekken handles those itself), so its
@@ -363,9 +363,11 @@ class MistralCounter:
         self._converted: dict[Message, Any] = {}
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
-        self._request: Any = None
-        """Reusing builds' ``ChatCompletionRequest`` (a ``_Blank``), made on the first."""
-        self._lengths_only = _fast_offsets(tokenizer.instruct_tokenizer.tokenizer)
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+        self._request = _Blank(ChatCompletionRequest)
+        """Reusing builds' ``ChatCompletionRequest``."""
+        self._lengths_only = _fast_encode(tokenizer.instruct_tokenizer.tokenizer)
         self.audit_every = 64
         self._counts = 0
         self.off = ""
@@ -402,8 +404,6 @@ class MistralCounter:
 
         self._runs.on = reuse
         try:
-            if reuse and self._request is None:
-                self._request = _Blank(ChatCompletionRequest)
             if reuse:
                 req = self._request(messages=[self._convert(m) for m in messages], tools=self._convert_tools(tools))
             else:
@@ -519,12 +519,17 @@ class MistralCounter:
         if n is None:
             if len(self._memo) >= 200_000:
                 self._memo.clear()
-            self._lengths_only[0] = True
-            try:
-                n = self._memo[key] = len(encode() or ())
-            finally:
-                self._lengths_only[0] = False
+            n = self._memo[key] = self._how_many(encode)
         return n
+
+    def _how_many(self, encode: Callable[[], Sequence[int] | None]) -> int:
+        """How many ids ``encode()`` makes, made with the Tekken encode counting only (see
+        ``_fast_encode``)."""
+        self._lengths_only[0] = True
+        try:
+            return len(encode() or ())
+        finally:
+            self._lengths_only[0] = False
 
     def full_tokens(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> list[int]:
         """mistral-common's own encoding of the whole request (for proofs and tests)."""
@@ -538,11 +543,7 @@ class MistralCounter:
         return str(self._tok.instruct_tokenizer.tokenizer.decode(tokens, special_token_policy=SpecialTokenPolicy.KEEP))
 
     def count_text(self, text: str) -> int:
-        self._lengths_only[0] = True
-        try:
-            return len(self._tok.instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
-        finally:
-            self._lengths_only[0] = False
+        return self._how_many(lambda: self._tok.instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
 
     def export_cost(self, message: Message) -> tuple[int, list[int]]:
         return self.message_cost(message), []

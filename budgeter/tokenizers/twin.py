@@ -110,10 +110,7 @@ def twin(tok: Any, pieces: Pieces | None = None) -> tuple[Counter, str] | None:
     fast = _tiktoken(tok)
     if fast is not None:
         return fast, "tiktoken twin of the byte-level BPE"
-    found = _sentencepiece(tok, pieces or (lambda text: [text]))
-    if found is not None:
-        return found
-    return None
+    return _sentencepiece(tok, pieces or (lambda text: [text]))
 
 
 def _tiktoken(tok: Any) -> Counter | None:
