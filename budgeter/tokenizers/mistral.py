@@ -13,7 +13,8 @@ the request stops sharing messages with the conversation's previous one (``_Walk
 ``audit_every``-th count is also made the plain way and compared; a difference turns the reuse
 off for the profile.
 A message's own cost is its encoding in a request that holds it alone, the way the newest message
-of a build is encoded: the build that follows finds it counted and tokenizes it no second time.
+of a build is encoded: the build that follows finds it normalized and counted (by the identity of
+its normalized form), and neither normalizes nor tokenizes it a second time.
 Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (deterministic).
 """
 
@@ -237,26 +238,41 @@ class _RunMemo:
     while ``on``: the plain path (``full_tokens``, the audit) normalizes afresh."""
 
     def __init__(self, normalizer: Any) -> None:
-        from mistral_common.protocol.instruct.normalize import InstructRequestNormalizer
+        from mistral_common.protocol.instruct.messages import Roles
+        from mistral_common.protocol.instruct.normalize import InstructRequestNormalizer as Base
 
         self.on = False
+        self.alone = False
+        """With ``on``: a request holding one message to price, not a build of a conversation (its
+        walk is neither resumed nor kept: the conversation's next build resumes its own)."""
         self._runs = IdentityMemo(limit=50_000)
         self._walks: _Walks[_Walk] = _Walks()
         self._normalizer = normalizer
+        self._empty_user: Any = None
         aggregate = normalizer._aggregate_role
+        # mistral-common's own role dispatch hands the latest call ids to tool runs only, and its
+        # own tool normalization makes each tool message on its own from it alone (no reordering)
+        own_roles = type(normalizer)._aggregate_role is Base._aggregate_role
+        own_tools = own_roles and type(normalizer)._aggregate_tool_messages is Base._aggregate_tool_messages
 
         def aggregate_role(messages: list[Any], role: Any, latest_call_ids: list[str]) -> Any:
             if not self.on or not messages:
                 return aggregate(messages, role, latest_call_ids)
+            if role == Roles.tool and own_tools:  # message by message: a result priced alone is
+                out: list[Any] = []               # the one its build meets in its run
+                for message in messages:
+                    out.extend(self._runs.get((message,), aggregate, [message], role, [], key=(role, ())))
+                return out
+            ids = tuple(latest_call_ids) if role == Roles.tool or not own_roles else ()
             return self._runs.get(tuple(messages), aggregate, list(messages), role, list(latest_call_ids),
-                                  key=(role, tuple(latest_call_ids)))
+                                  key=(role, ids))
 
         normalizer._aggregate_role = aggregate_role
-        if type(normalizer)._aggregate_messages is InstructRequestNormalizer._aggregate_messages:
+        if type(normalizer)._aggregate_messages is Base._aggregate_messages:
             plain = normalizer._aggregate_messages  # (a subclass with its own walk keeps it)
             normalizer._aggregate_messages = lambda messages: (
                 self._aggregate(messages) if self.on and messages else plain(messages))
-        if type(normalizer)._build_instruct_request is InstructRequestNormalizer._build_instruct_request:
+        if type(normalizer)._build_instruct_request is Base._build_instruct_request:
             build = normalizer._build_instruct_request
             blank = _Blank(normalizer._instruct_request_class)
 
@@ -275,7 +291,7 @@ class _RunMemo:
         from mistral_common.protocol.instruct.messages import Roles
 
         normalizer = self._normalizer
-        last, shared = self._walks.find(messages)
+        last, shared = self._walks.find(messages) if not self.alone else (None, 0)
         resume: tuple[int, int, tuple[str, ...]] = (0, 0, ())
         if last is not None:
             resume = next((mark for mark in reversed(last.marks) if mark[0] < shared), resume)
@@ -303,9 +319,12 @@ class _RunMemo:
             run.append(message)
         if run:
             out.extend(normalizer._aggregate_role(run, role, call_ids))
-        self._walks.keep(messages, _Walk(marks, out))
+        if not self.alone:
+            self._walks.keep(messages, _Walk(marks, out))
         if not out or (not normalizer._system_prompt_in_begin and out[0].role != Roles.user):
-            out = [normalizer._user_message_class(content=""), *out]
+            if self._empty_user is None:  # one object: its count is then looked up by identity
+                self._empty_user = normalizer._user_message_class(content="")
+            out = [self._empty_user, *out]
         else:
             out = list(out)
         return out
@@ -460,13 +479,14 @@ class MistralCounter:
                 return plain
         return total
 
-    def _count(self, request: Any, *, reuse: bool = False) -> int:
+    def _count(self, request: Any, *, reuse: bool = False, walk: bool = True) -> int:
         """The request's token count, message by message. ``reuse``: the request's messages are
         the objects earlier builds normalized, so a message seen before with the same flags is
         looked up by identity instead of by its JSON, and the walk starts where the request stops
         sharing messages with the conversation's previous one, or where a message's flags change:
         a message's flags depend only on its place against the first and last user message, the
-        system prompt and (for the last user message) the tools."""
+        system prompt and (for the last user message) the tools. ``walk=False``: a request that
+        prices one message, which no build extends (its walk is neither resumed nor kept)."""
         from mistral_common.protocol.instruct.messages import (
             AssistantMessage,
             ToolMessage,
@@ -479,11 +499,11 @@ class MistralCounter:
         tools = self._json(request.available_tools or ())
         sums = [len(it.start())]
         start = 0
-        if reuse:
-            walk, shared = self._counted_walks.find(messages)
-            if walk is not None and walk.first == first and walk.system_prompt == request.system_prompt:
-                start = shared if (walk.last, walk.tools) == (last, tools) else max(0, min(shared, walk.last, last))
-                sums = walk.sums[:start + 1]
+        if reuse and walk:
+            held, shared = self._counted_walks.find(messages)
+            if held is not None and held.first == first and held.system_prompt == request.system_prompt:
+                start = shared if (held.last, held.tools) == (last, tools) else max(0, min(shared, held.last, last))
+                sums = held.sums[:start + 1]
         total = sums[-1]
         for idx in range(start, len(messages)):
             msg = messages[idx]
@@ -508,7 +528,7 @@ class MistralCounter:
             else:
                 total += self._counted(msg, flags, fn)
             sums.append(total)
-        if reuse and messages:
+        if reuse and walk and messages:
             self._counted_walks.keep(messages, _Counted(first, last, request.system_prompt, tools, sums))
         return total
 
@@ -555,9 +575,9 @@ class MistralCounter:
         """The message's tokens in mistral-common's encoding of a request holding it alone (after
         the empty user turn mistral-common puts first where a request does not start with one), as
         a template counter prices a message rendered alone. That is how a build encodes its newest
-        message, so the build that follows finds the message counted (memoized by its JSON) and
-        tokenizes it no second time. A message mistral-common cannot encode alone (an assistant
-        message with both text and tool calls) is priced by its text plus 4 tokens."""
+        message, so the build that follows finds the message normalized and counted (``_alone``).
+        A message mistral-common cannot encode alone (an assistant message with both text and tool
+        calls) is priced by its text plus 4 tokens."""
         cost = self._costs.get(message)
         if cost is None:
             if len(self._costs) >= 200_000:
@@ -566,11 +586,24 @@ class MistralCounter:
         return cost
 
     def _alone(self, message: Message) -> int:
+        """Priced the way a reusing build meets the message (unless reuse is off): the request is
+        a copy of one validated once; the message's normalized form is the object the build's
+        normalizer finds for it (a tool result's by itself, another message's as a run of one)
+        and its count is kept by that object's identity, so the build neither normalizes it again
+        nor serializes it to look its count up."""
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
+        normalizer = self._tok._instruct_request_normalizer
         try:
-            request = ChatCompletionRequest(messages=[self._convert(message)])
-            return self._count(self._tok._instruct_request_normalizer.from_chat_completion_request(request))
+            if self.off:
+                request = ChatCompletionRequest(messages=[self._convert(message)])
+                return self._count(normalizer.from_chat_completion_request(request))
+            self._runs.on = self._runs.alone = True
+            try:
+                instruct = normalizer.from_chat_completion_request(self._request(messages=[self._convert(message)]))
+            finally:
+                self._runs.on = self._runs.alone = False
+            return self._count(instruct, reuse=True, walk=False)
         except Exception:
             text = message.content + "".join(c.name + c.arguments for c in message.tool_calls)
             return self.count_text(text) + 4

@@ -379,6 +379,9 @@ def test_mistral_resumed_checks_and_counts_agree_with_mistral_commons_own(turns,
         given_tools = tools[: 1 + n % 2] if vary_tools else tools
         if not part or part[-1].role == "assistant":
             continue
+        for m in part[-step:]:  # priced alone first, as a session's append does
+            own = _outcome(lambda m, _: _mistral_own_alone(m), m, None)
+            assert own == "rejected" or counter.message_cost(m) == own, m
         assert _outcome(counter.count_prompt, part, given_tools) == _outcome(_mistral_own, part, given_tools), len(part)
 
 
@@ -438,6 +441,59 @@ def test_mistral_reusing_builds_make_the_requests_mistral_commons_validation_mak
         assert ours == normalizer.from_chat_completion_request(own)  # (reuse off outside _instruct)
         assert ours.model_dump() == normalizer.from_chat_completion_request(own).model_dump()
     assert len(ends) > 6
+
+
+def test_mistral_builds_meet_the_messages_priced_alone_as_they_were_normalized_and_counted():
+    """A session prices each appended message alone, then builds: the build's normalizer finds
+    each priced message's normalized form (a tool result's made alone, another message's as a
+    run of one) and its count by that object's identity. It normalizes again only runs of
+    several user or assistant messages, and where no user message arrived, counts no message
+    from its JSON."""
+    from importlib import resources
+
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
+    tok = MistralTokenizer.from_file(str(path))
+    normalizer = tok._instruct_request_normalizer
+    runs = []
+    aggregate = normalizer._aggregate_role
+    normalizer._aggregate_role = lambda ms, role, ids: runs.append((role, len(ms))) or aggregate(ms, role, ids)
+    counter = MistralCounter(tok, name="mistral-tekken")
+    counter.audit_every = 10**9  # reusing builds only
+    from_json: list[int] = []
+    counted = counter._counted
+    counter._counted = lambda *a: from_json.append(1) or counted(*a)  # type: ignore[method-assign]
+    messages, tools = _body(seed=6, chars=60_000)
+    messages = [m for m in messages if "<think>" not in m.content]
+    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    quiet = 0
+    for before, end in zip([0, *ends[:-1]], ends, strict=True):
+        for m in messages[before:end]:
+            assert counter.message_cost(m) == _mistral_own_alone(m), m.role
+        runs.clear()
+        from_json.clear()
+        assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
+        if before > 4:
+            assert all(n > 1 and role.value in ("user", "assistant") for role, n in runs), (before, end, runs)
+            if all(m.role != "user" for m in messages[before:end]):
+                quiet += 1
+                assert not from_json, (before, end, len(from_json))
+    assert quiet >= 8 and counter.off == ""
+
+
+def _mistral_own_alone(m: Message) -> int:
+    """mistral-common's own encoding of a request holding ``m`` alone."""
+    from mistral_common.protocol.instruct.converters import convert_openai_messages
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    from budgeter.tokenizers.mistral import _request_dict
+
+    _mistral_own([Message(role="user", content="load")], [])
+    own = _MISTRAL[0]
+    request = ChatCompletionRequest(messages=convert_openai_messages([_request_dict(m)]))
+    alone = own._instruct_request_normalizer.from_chat_completion_request(request)
+    return len(own.instruct_tokenizer.encode_instruct(alone).tokens)
 
 
 def test_mistral_session_tokenizes_each_text_once():
