@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from budgeter.affinity import HEADER, SessionAffinity, affinity_channel, session_of
 from budgeter.client import Client
@@ -36,3 +37,52 @@ def test_calls_through_a_real_server_carry_the_header(server):
                     ("ListTokenizers", "")]
     with Client(channel=affinity_channel(server.target)) as c:  # the ready-made channel works too
         assert c.get_session("s1")["message_count"] in (1, "1")
+
+
+
+@pytest.fixture
+def arriving(monkeypatch):
+    """The x-session-id values each call brings to the server (read where the server reads a
+    call's metadata for its tenant)."""
+    from budgeter.service.auth import Auth
+
+    seen: list[list[str]] = []
+    tenant = Auth.tenant
+
+    def spy(self, context):
+        seen.append([v for k, v in context.invocation_metadata() or () if k == HEADER])
+        return tenant(self, context)
+
+    monkeypatch.setattr(Auth, "tenant", spy)
+    return seen
+
+
+def test_a_client_on_its_own_channel_sends_the_header_once(server, arriving):
+    """``Client(target)`` names the session in each call's metadata, once; a client given a
+    channel sends what that channel adds (``affinity_channel``: the header, once)."""
+    with Client(server.target) as c:
+        s = c.create_session(session_id="own1")
+        s.prompt(append=[{"role": "user", "content": "hi"}])
+        c.tokenizers()
+    assert arriving == [["own1"], ["own1"], []]
+    arriving.clear()
+    with Client(channel=grpc.insecure_channel(server.target)) as c:
+        c.get_session("own1")
+    with Client(channel=affinity_channel(server.target)) as c:
+        c.get_session("own1")
+    assert arriving == [[], ["own1"]]
+
+
+def test_an_async_client_sends_the_header(server, arriving):
+    import asyncio
+
+    from budgeter.client import AsyncClient
+
+    async def main():
+        async with AsyncClient(server.target) as c:
+            s = await c.create_session(session_id="async1")
+            await s.prompt(append=[{"role": "user", "content": "hi"}])
+            await c.tokenizers()
+
+    asyncio.run(main())
+    assert arriving == [["async1"], ["async1"], []]
