@@ -232,7 +232,8 @@ class _Walks(Generic[W]):
 
 
 class _RunMemo:
-    """The normalizer's output for a run of same-role messages, by the identity of the converted
+    """The normalizer's output for a run of same-role messages (for tool results, under
+    mistral-common's own normalization, for each result by itself), by the identity of the converted
     messages it was given (they persist between builds); and its walk over the request resumed
     where the request stops sharing messages with the last one of the same conversation. On only
     while ``on``: the plain path (``full_tokens``, the audit) normalizes afresh."""
