@@ -39,7 +39,6 @@ def test_calls_through_a_real_server_carry_the_header(server):
         assert c.get_session("s1")["message_count"] in (1, "1")
 
 
-
 @pytest.fixture
 def arriving(monkeypatch):
     """The x-session-id values each call brings to the server (read where the server reads a

@@ -178,22 +178,13 @@ def test_mistral_message_cost_is_its_encoding_alone_and_builds_do_not_tokenize_i
     """A message's cost is what mistral-common's own tokenizer encodes for a request holding it
     alone; a build that follows finds the appended messages counted and tokenizes only the user
     and system text and tool schemas it frames differently (the last user turn carries them)."""
-    from mistral_common.protocol.instruct.converters import convert_openai_messages
-    from mistral_common.protocol.instruct.request import ChatCompletionRequest
-
-    from budgeter.tokenizers.mistral import _request_dict
-
-    _mistral_own([Message(role="user", content="load")], [])
-    own = _MISTRAL[0]
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     messages, tools = _body(seed=8, chars=30_000)
     messages = [m for m in messages if "<think>" not in m.content]
     while messages[-1].role == "assistant":
         messages.pop()
     for m in messages:
-        request = ChatCompletionRequest(messages=convert_openai_messages([_request_dict(m)]))
-        alone = own._instruct_request_normalizer.from_chat_completion_request(request)
-        assert counter.message_cost(m) == len(own.instruct_tokenizer.encode_instruct(alone).tokens), m.role
+        assert counter.message_cost(m) == _mistral_own_alone(m), m.role
     model = counter._tok.instruct_tokenizer.tokenizer._model
     encoded: list[str] = []
     encode = model.encode_ordinary  # what the counter calls (its Encoding has no special tokens)
