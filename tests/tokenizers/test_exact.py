@@ -74,6 +74,14 @@ def test_llama3_fallback_never_undercounts(llama3_path):
 _MISTRAL: list = []
 
 
+def _mistral_turns(seed: int, chars: int):
+    """A generated session without reasoning (Tekken V3 has no place for it), its tools, and the
+    ends of its turns (a build before each model turn: the prefixes not ending with the assistant)."""
+    messages, tools = _body(seed=seed, chars=chars)
+    messages = [m for m in messages if "<think>" not in m.content]
+    return messages, tools, [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+
+
 def _mistral_own(messages, tools) -> int:
     """mistral-common's own count of the request: a tokenizer of its own, untouched by budgeter."""
     from importlib import resources
@@ -161,9 +169,7 @@ def test_mistral_reuse_equals_mistral_common_turn_by_turn():
     the whole request counts, turn by turn, with every count audited."""
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     counter.audit_every = 1
-    messages, tools = _body(seed=6, chars=60_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=60_000)
     for end in ends:
         part = messages[:end]
         assert counter.count_prompt(part, tools) == _mistral_own(part, tools)
@@ -258,9 +264,7 @@ def test_mistral_checks_each_message_once_and_a_rejected_one_every_time():
     validator._validate_tool_message = lambda m: checked.append(m.tool_call_id) or check(m)
     counter = MistralCounter(tok, name="mistral-tekken")
     counter.audit_every = 10**9  # reusing builds only (an audit converts afresh and checks all)
-    messages, tools = _body(seed=6, chars=60_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=60_000)
     for end in ends:
         assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
     answered = [mistral_id(m.tool_call_id or "") for m in messages[: ends[-1]] if m.role == "tool"]
@@ -397,9 +401,7 @@ def test_mistral_builds_check_and_count_only_what_follows_the_shared_messages():
     counted: list[int] = []
     get = counter._same.get
     counter._same.get = lambda *a, **k: counted.append(1) or get(*a, **k)
-    messages, tools = _body(seed=6, chars=40_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=40_000)
     for before, end in zip([0, *ends[:-1]], ends, strict=True):
         for seen in (*checked.values(), counted):
             seen.clear()
@@ -421,9 +423,7 @@ def test_mistral_reusing_builds_make_the_requests_mistral_commons_validation_mak
 
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     normalizer = counter._tok._instruct_request_normalizer
-    messages, tools = _body(seed=6, chars=30_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=30_000)
     for end in ends[::3]:
         ours = counter._instruct(messages[:end], tools, reuse=True)
         own = ChatCompletionRequest(messages=[counter._convert(m) for m in messages[:end]],
@@ -455,9 +455,7 @@ def test_mistral_builds_meet_the_messages_priced_alone_as_they_were_normalized_a
     from_json: list[int] = []
     counted = counter._counted
     counter._counted = lambda *a: from_json.append(1) or counted(*a)  # type: ignore[method-assign]
-    messages, tools = _body(seed=6, chars=60_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=60_000)
     quiet = 0
     for before, end in zip([0, *ends[:-1]], ends, strict=True):
         for m in messages[before:end]:
@@ -499,9 +497,7 @@ def test_mistral_session_tokenizes_each_text_once():
     encoded: collections.Counter[str] = collections.Counter()
     encode = model.encode_ordinary
     model.encode_ordinary = lambda s: encoded.update([s]) or encode(s)
-    messages, tools = _body(seed=6, chars=60_000)
-    messages = [m for m in messages if "<think>" not in m.content]
-    ends = [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
+    messages, tools, ends = _mistral_turns(seed=6, chars=60_000)
     users = 0
     for before, end in zip([0, *ends[:-1]], ends, strict=True):
         for m in messages[before:end]:
