@@ -20,10 +20,11 @@ Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
@@ -245,7 +246,8 @@ class _RunMemo:
         self.on = False
         self.alone = False
         """With ``on``: a request holding one message to price, not a build of a conversation (its
-        walk is neither resumed nor kept: the conversation's next build resumes its own)."""
+        walk is neither resumed nor kept: the conversation's next build resumes its own).
+        Both are set only inside ``reusing``."""
         self._runs = IdentityMemo(limit=50_000)
         self._walks: _Walks[_Walk] = _Walks()
         self._normalizer = normalizer
@@ -284,6 +286,16 @@ class _RunMemo:
                              settings=settings)
 
             normalizer._build_instruct_request = build_instruct_request
+
+    @contextlib.contextmanager
+    def reusing(self, on: bool = True, *, alone: bool = False) -> Iterator[None]:
+        """Inside: the normalizer (and the validators' resumed checks) reuse earlier work if
+        ``on``; ``alone``: for a request that prices one message."""
+        self.on, self.alone = on, on and alone
+        try:
+            yield
+        finally:
+            self.on = self.alone = False
 
     def _aggregate(self, messages: list[Any]) -> list[Any]:
         """``InstructRequestNormalizer._aggregate_messages``, walked from the start of the last run
@@ -422,18 +434,17 @@ class MistralCounter:
         made then); otherwise afresh from the OpenAI form, as mistral-common's own entry does."""
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
-        self._runs.on = reuse
         try:
-            if reuse:
-                req = self._request(messages=[self._convert(m) for m in messages], tools=self._convert_tools(tools))
-            else:
-                req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
-            valid = self._validator(messages).validate_request(req)
-            return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
+            with self._runs.reusing(reuse):
+                if reuse:
+                    req = self._request(messages=[self._convert(m) for m in messages],
+                                        tools=self._convert_tools(tools))
+                else:
+                    req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
+                valid = self._validator(messages).validate_request(req)
+                return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
         except Exception as exc:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
-        finally:
-            self._runs.on = False
 
     def _convert(self, m: Message) -> Any:
         got = self._converted.get(m)
@@ -599,11 +610,8 @@ class MistralCounter:
             if self.off:
                 request = ChatCompletionRequest(messages=[self._convert(message)])
                 return self._count(normalizer.from_chat_completion_request(request))
-            self._runs.on = self._runs.alone = True
-            try:
+            with self._runs.reusing(alone=True):
                 instruct = normalizer.from_chat_completion_request(self._request(messages=[self._convert(message)]))
-            finally:
-                self._runs.on = self._runs.alone = False
             return self._count(instruct, reuse=True, walk=False)
         except Exception:
             text = message.content + "".join(c.name + c.arguments for c in message.tool_calls)

@@ -82,20 +82,30 @@ def _mistral_turns(seed: int, chars: int):
     return messages, tools, [i for i in range(2, len(messages) + 1) if messages[i - 1].role != "assistant"]
 
 
-def _mistral_own(messages, tools) -> int:
-    """mistral-common's own count of the request: a tokenizer of its own, untouched by budgeter."""
+def _tekken():
+    """A new MistralTokenizer (Tekken V3) of mistral-common's own."""
     from importlib import resources
 
-    from mistral_common.protocol.instruct.request import ChatCompletionRequest
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    return MistralTokenizer.from_file(str(resources.files("mistral_common") / "data" / "tekken_240911.json"))
+
+
+def _own_tekken():
+    """The one Tekken tokenizer the tests leave untouched by budgeter (mistral-common's own answers)."""
+    if not _MISTRAL:
+        _MISTRAL.append(_tekken())
+    return _MISTRAL[0]
+
+
+def _mistral_own(messages, tools) -> int:
+    """mistral-common's own count of the request: a tokenizer of its own, untouched by budgeter."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
     from budgeter.tokenizers.mistral import _request_dict
 
-    if not _MISTRAL:
-        path = resources.files("mistral_common") / "data" / "tekken_240911.json"
-        _MISTRAL.append(MistralTokenizer.from_file(str(path)))
     request = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
-    return len(_MISTRAL[0].encode_chat_completion(request).tokens)
+    return len(_own_tekken().encode_chat_completion(request).tokens)
 
 
 def test_mistral_memoized_walk_equals_mistral_common():
@@ -177,7 +187,8 @@ def test_mistral_reuse_equals_mistral_common_turn_by_turn():
     assert counter.count_prompt(dropped, tools) == _mistral_own(dropped, tools)
     assert counter.off == "" and len(ends) > 10
     text = messages[3].content + " [INST] ünïcödé 漢字 🙂"
-    assert counter.count_text(text) == len(_MISTRAL[0].instruct_tokenizer.tokenizer.encode(text, bos=False, eos=False))
+    own = _own_tekken().instruct_tokenizer.tokenizer
+    assert counter.count_text(text) == len(own.encode(text, bos=False, eos=False))
 
 
 def test_mistral_message_cost_is_its_encoding_alone_and_builds_do_not_tokenize_it_again():
@@ -212,9 +223,8 @@ def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
     gives the ids of mistral-common's own, untouched tokenizer, special-looking text included, and
     as many of them while counting (not shifted)."""
     counter = resolve("mistral-tekken")
-    _mistral_own([Message(role="user", content="load")], [])
     ours = counter._tok.instruct_tokenizer.tokenizer
-    own = _MISTRAL[0].instruct_tokenizer.tokenizer
+    own = _own_tekken().instruct_tokenizer.tokenizer
     text = "".join(parts)
     for s in (text, text * 8):  # the second is long enough to be kept, and is asked for twice
         for bos, eos in ((False, False), (True, True), (False, False)):
@@ -249,15 +259,10 @@ def test_mistral_checks_each_message_once_and_a_rejected_one_every_time():
     """mistral-common's check of each message by its role runs once per message across builds
     that reuse earlier ones (the list's structure is still checked whole); a message it rejects
     is rejected on every build, nothing about it kept."""
-    from importlib import resources
-
-    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-
     from budgeter.errors import TemplateError
     from budgeter.tokenizers.mistral import mistral_id
 
-    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
-    tok = MistralTokenizer.from_file(str(path))
+    tok = _tekken()
     checked: list[str] = []
     validator = tok._chat_completion_request_validator
     check = validator._validate_tool_message
@@ -282,12 +287,7 @@ def test_mistral_walk_resumes_where_the_conversation_changed():
     only the runs from the last shared one on; two conversations built in turn, a message changed
     in the middle, a tool result added to a run of them, and user messages merged all count what
     mistral-common's own encoding counts."""
-    from importlib import resources
-
-    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-
-    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
-    tok = MistralTokenizer.from_file(str(path))
+    tok = _tekken()
     counter = MistralCounter(tok, name="mistral-tekken")
     counter.audit_every = 10**9  # reusing builds only
     normalizer = tok._instruct_request_normalizer
@@ -384,12 +384,7 @@ def test_mistral_builds_check_and_count_only_what_follows_the_shared_messages():
     """A build that extends its conversation's previous one runs mistral-common's checks of the
     list's structure over its tail only, and counts only the messages from the last shared one
     (where no new user message changes the flags of the ones before it)."""
-    from importlib import resources
-
-    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-
-    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
-    tok = MistralTokenizer.from_file(str(path))
+    tok = _tekken()
     validator = tok._chat_completion_request_validator
     checked: dict[str, list[int]] = {"order": [], "pairing": []}
     order, pairing = validator._validate_message_order, validator._validate_tool_calls_followed_by_tool_messages
@@ -440,12 +435,7 @@ def test_mistral_builds_meet_the_messages_priced_alone_as_they_were_normalized_a
     run of one) and its count by that object's identity. It normalizes again only runs of
     several user or assistant messages, and where no user message arrived, counts no message
     from its JSON."""
-    from importlib import resources
-
-    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-
-    path = resources.files("mistral_common") / "data" / "tekken_240911.json"
-    tok = MistralTokenizer.from_file(str(path))
+    tok = _tekken()
     normalizer = tok._instruct_request_normalizer
     runs = []
     aggregate = normalizer._aggregate_role
@@ -478,8 +468,7 @@ def _mistral_own_alone(m: Message) -> int:
 
     from budgeter.tokenizers.mistral import _request_dict
 
-    _mistral_own([Message(role="user", content="load")], [])
-    own = _MISTRAL[0]
+    own = _own_tekken()
     request = ChatCompletionRequest(messages=convert_openai_messages([_request_dict(m)]))
     alone = own._instruct_request_normalizer.from_chat_completion_request(request)
     return len(own.instruct_tokenizer.encode_instruct(alone).tokens)
