@@ -387,6 +387,9 @@ def serve(
                                                  show_default="none")] = None,
     tls_client_ca: Annotated[Path | None, typer.Option(help="Require client certificates from this CA.",
                                                        show_default="none")] = None,
+    cpus: Annotated[str | None, typer.Option(help=(
+        "Run only on these CPUs, e.g. 0 or 0,2-3: one replica per core, each on its own."),
+        show_default="any")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the gRPC service until SIGTERM or Ctrl-C. Settings also come from BUDGETER_* variables."""
@@ -401,7 +404,7 @@ def serve(
         settings = load_settings(config, host=host, port=port, store=store, data_dir=data_dir,
                                  tokenizers=tokenizer, default_tokenizer=default_tokenizer,
                                  metrics_port=metrics_port, auth_tokens_file=auth_tokens_file,
-                                 tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca)
+                                 tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca, cpus=cpus)
         settings.tokens()
     except (ValidationError, ValueError, OSError) as exc:
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
@@ -435,6 +438,7 @@ def proxy(
     read_timeout: Annotated[float | None, typer.Option(
         help="Seconds the upstream may stay silent. [default: 600]")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML file with any of the settings.")] = None,
+    cpus: Annotated[str | None, typer.Option(help="Run only on these CPUs, e.g. 0 or 0,2-3. [default: any]")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the OpenAI-compatible proxy: point an agent's base_url at it instead of at the server."""
@@ -453,7 +457,8 @@ def proxy(
         settings = load_settings(config, upstream=upstream, default_tokenizer=tokenizer, tokenizers=profiles,
                                  host=host, proxy_port=port, window=window, reserve=reserve, store=store,
                                  data_dir=data_dir, recall_tool=recall_tool,
-                                 upstream_connect_timeout=connect_timeout, upstream_read_timeout=read_timeout)
+                                 upstream_connect_timeout=connect_timeout, upstream_read_timeout=read_timeout,
+                                 cpus=cpus)
         if settings.reserve >= settings.window:
             raise ValueError(f"reserve ({settings.reserve}) must be smaller than the window ({settings.window})")
     except (ValidationError, ValueError, OSError) as exc:

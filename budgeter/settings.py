@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     """Threads serving RPCs. The engine work of one profile runs one call at a time (and Python's
     GIL serializes the rest), so more threads only add switching: on two cores, 4 served 1.4x the
     turns/s of 16 (README, load table). Raise it where the store is slow to answer."""
+    cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
+    it. One replica per core, each pinned to its own, keeps a replica's working set in that
+    core's caches instead of moving it between cores (README, load table)."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
     max_messages_per_append: int = Field(1000, ge=1)
     max_sessions: int = Field(100_000, ge=1)
@@ -106,6 +110,34 @@ class Settings(BaseSettings):
                 out[name.strip()] = spec.strip()
             return out
         return value
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpu_list(cls, value: Any) -> Any:
+        """Accept ``"0,2-3"`` (flags, environment) as well as a list of numbers (TOML)."""
+        if isinstance(value, int):
+            return [value]
+        if not isinstance(value, str):
+            return value
+        out: list[int] = []
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            low, dash, high = part.partition("-")
+            if not (low.strip().isdigit() and (not dash or high.strip().isdigit())):
+                raise ValueError(f"expected CPU numbers such as 0,2-3, got {part!r}")
+            first, last = int(low), int(high) if dash else int(low)
+            if last < first:
+                raise ValueError(f"CPU range {part!r} runs backwards")
+            out += range(first, last + 1)
+        return out
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_known(cls, value: list[int]) -> list[int]:
+        if any(n < 0 for n in value):
+            raise ValueError("CPU numbers are 0 or more")
+        return sorted(set(value))
 
     @field_validator("preload", mode="before")
     @classmethod

@@ -33,3 +33,19 @@ def test_precedence_and_pairs(monkeypatch, tmp_path):
 def test_bad_values_are_rejected(bad):
     with pytest.raises(ValidationError):
         load_settings(**bad)
+
+
+def test_cpus_from_flags_environment_and_file(monkeypatch, tmp_path):
+    assert load_settings().cpus == []
+    assert load_settings(cpus="2-3,0, 2").cpus == [0, 2, 3]
+    config = tmp_path / "budgeter.toml"
+    config.write_text("cpus = [1, 0]\n")
+    assert load_settings(config).cpus == [0, 1]
+    monkeypatch.setenv("BUDGETER_CPUS", "1")
+    assert load_settings(config).cpus == [1]
+
+
+@pytest.mark.parametrize("bad", ["x", "1-0", "0-", "-1", "0,,a"])
+def test_bad_cpu_lists_name_the_part(bad):
+    with pytest.raises(ValidationError, match="cpus"):
+        load_settings(cpus=bad)

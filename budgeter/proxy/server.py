@@ -16,6 +16,7 @@ import uvicorn
 
 from budgeter.errors import BudgeterError
 from budgeter.proxy.app import create_app
+from budgeter.service.cpus import pin
 from budgeter.service.profiles import Profiles, settle
 from budgeter.service.sessions import Limits, Sessions
 from budgeter.settings import Settings
@@ -111,6 +112,7 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     """Run in the foreground until SIGTERM or Ctrl-C; in-flight requests get ``settings.grace``
     seconds."""
+    pin(settings.cpus)
     sessions = open_sessions(settings)
     settle(sessions.profiles, [settings.default_tokenizer])
     try:

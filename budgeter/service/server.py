@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from budgeter.errors import BudgeterError, InvalidInput, StoreUnavailable
 from budgeter.service.auth import Auth
+from budgeter.service.cpus import pin, span
 from budgeter.service.metrics import Metrics
 from budgeter.service.profiles import Profiles, settle
 from budgeter.service.servicer import BudgeterServicer, handlers
@@ -255,6 +256,7 @@ def _watch_store(server: Server, settings: Settings) -> None:
 
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; in-flight calls get ``settings.grace`` seconds."""
+    pin(settings.cpus)  # before any thread of the server starts: they inherit it
     server = create_server(settings)
     settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
     log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
@@ -267,8 +269,9 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
+    pinned = f", cpus {span(settings.cpus)}" if settings.cpus else ""
     print(f"budgeter: serving on {settings.host}:{server.port} "
-          f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'})", flush=True)
+          f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'}{pinned})", flush=True)
     while not done.wait(0.25):  # a signal delivered to another thread does not wake a plain wait()
         pass
     server.stop(settings.grace)

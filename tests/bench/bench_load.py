@@ -3,6 +3,7 @@
     python -m tests.bench.bench_load [--sessions 64] [--chars 60000] [--setups sqlite,redis1,redis2] [--one-call]
     python -m tests.bench.bench_load --growth       # per-turn cost against history length
     python -m tests.bench.bench_load --setups redis2 --floor   # the same calls, no engine work
+    python -m tests.bench.bench_load --setups redis2 --one-call --pin   # each replica on its own core
 
 Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
 a private redis-server with AOF (everysec). Reported: turns/s, p50/p99/max per RPC, server CPU
@@ -69,7 +70,7 @@ def round_trips(metrics_port: int) -> float:
 
 
 def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int,
-              one_call: bool = False, floor: bool = False) -> None:
+              one_call: bool = False, floor: bool = False, pin: bool = False) -> None:
     redis_server = None
     store_args: list[str] = []
     tmp = tempfile.mkdtemp(prefix="budgeter-load-")
@@ -80,7 +81,10 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
     else:
         store_args = ["--data-dir", tmp]
     metrics_ports = [free_port() for _ in range(2 if name == "redis2" else 1)]
-    replicas = [ServerProcess(*store_args, "--metrics-port", str(m)).start() for m in metrics_ports]
+    cores = sorted(os.sched_getaffinity(0)) if pin else []
+    replicas = [ServerProcess(*store_args, "--metrics-port", str(m),
+                              *(("--cpus", str(cores[i % len(cores)])) if pin else ())).start()
+                for i, m in enumerate(metrics_ports)]
     try:
         clients = [Client(r.target, timeout=60) for r in replicas]
         clients[0].create_session().append([{"role": "user", "content": "warm-up"}])
@@ -128,7 +132,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         rss = sum(rss_mb(p) - r for p, r in zip(pids, rss0, strict=True))
         print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
               f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else "")
-              + (" (floor: GetSession calls, no engine work)" if floor else ""))
+              + (" (floor: GetSession calls, no engine work)" if floor else "")
+              + (" (replicas pinned, one core each)" if pin else ""))
         for k in ("build",) if one_call or floor else ("append", "build"):
             v = times[k]
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
@@ -209,6 +214,7 @@ def main() -> None:
     ap.add_argument("--one-call", action="store_true",
                     help="each turn is one prompt(append=..., since=previous prompt) call")
     ap.add_argument("--floor", action="store_true", help="each turn is one GetSession call (no engine work)")
+    ap.add_argument("--pin", action="store_true", help="each replica on its own core (budgeter serve --cpus)")
     args = ap.parse_args()
     if args.growth:
         growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
@@ -216,7 +222,7 @@ def main() -> None:
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     for name in args.setups.split(","):
         run_setup(name, bodies, concurrency=args.concurrency, window=args.window, one_call=args.one_call,
-                  floor=args.floor)
+                  floor=args.floor, pin=args.pin)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,12 @@ password) and the cause, while the liveness health service keeps answering SERVI
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -102,3 +104,36 @@ def test_outage_logged_once_with_cause_liveness_stays_serving(private_redis, cap
 ])
 def test_store_urls_are_shown_without_passwords(url, shown):
     assert settings(store=url).store_shown == shown
+
+
+def _allowed(pid: int) -> set[str]:
+    """Each thread's CPU list, as the kernel holds it."""
+    lists = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                lists.add(line.split(":", 1)[1].strip())
+    return lists
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or not Path("/proc/self/task").exists(),
+                    reason="needs Linux CPU affinity and /proc")
+def test_cpus_pins_every_thread_of_the_server():
+    cpu = max(os.sched_getaffinity(0))
+    server = ServerProcess("--store", "memory://", "--cpus", str(cpu)).start()
+    try:
+        assert server.proc is not None
+        assert _allowed(server.proc.pid) == {str(cpu)}  # grpc's threads, the RPC workers, all of them
+    finally:
+        out = server.stop()
+    assert f"cpus {cpu})" in out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs CPU affinity")
+def test_cpus_the_process_may_not_use_stop_the_start():
+    absent = max(os.sched_getaffinity(0)) + 1
+    line = one_line_error(serve("--port", "0", "--metrics-port", "0", "--cpus", f"0,{absent}"))
+    assert line.startswith("budgeter: CPUS_UNAVAILABLE:") and f"cpus {absent} are not available" in line
+    assert "--cpus" in line
+    line = one_line_error(serve("--port", "0", "--metrics-port", "0", "--cpus", "3-1"))
+    assert line.startswith("budgeter: INVALID_SETTINGS:") and "runs backwards" in line

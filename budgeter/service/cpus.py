@@ -1,0 +1,60 @@
+"""Pinning a server process to CPUs (``Settings.cpus``, ``--cpus``).
+
+A replica's turn touches the same few megabytes every time (the interpreter's hot code, the
+compiled chat template, the tokenizer's tables, the session's history), and on a machine busy
+with other replicas, Redis and the agents, it runs twice as fast with them in its caches as
+without (``bench_turns --cold``). The scheduler moves a process between cores as they free up;
+pinned, each replica keeps to one core and finds its own data in that core's caches. Like Redis's
+``server_cpulist`` or nginx's ``worker_cpu_affinity``, this is an operator's choice: a pinned
+replica cannot borrow an idle core when its own is busy, so give each replica its own core and
+spread sessions evenly (``deploy/OPERATIONS.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+
+from budgeter.errors import InvalidInput
+
+
+def span(cpus: Sequence[int] | set[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    out: list[str] = []
+    for n in sorted(set(cpus)):
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
+
+
+def pin(cpus: Sequence[int]) -> None:
+    """Run this process, every thread it has now and every thread it starts later, on ``cpus``
+    (nothing to do when empty). ``InvalidInput`` (reason ``CPUS_UNAVAILABLE``) when the OS cannot
+    pin here or the process may not run on one of them."""
+    if not cpus:
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        raise InvalidInput("cpus: this OS offers no way to pin a process to CPUs; leave cpus unset",
+                           field="cpus", reason="CPUS_UNAVAILABLE")
+    allowed = os.sched_getaffinity(0)
+    missing = set(cpus) - allowed
+    if missing:
+        raise InvalidInput(f"cpus {span(missing)} are not available to this process (it may run on "
+                           f"{span(allowed)}); choose among those with --cpus (BUDGETER_CPUS)",
+                           field="cpus", reason="CPUS_UNAVAILABLE",
+                           metadata={"cpus": span(cpus), "available": span(allowed)})
+    wanted = set(cpus)
+    os.sched_setaffinity(0, wanted)  # the calling thread: the threads it starts inherit it
+    for task in _tasks():  # threads started before (a library's own): all of them
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # ended meanwhile
+            os.sched_setaffinity(task, wanted)
+
+
+def _tasks() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: the calling thread's mask is what there is
+        return []
