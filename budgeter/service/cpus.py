@@ -21,13 +21,13 @@ from budgeter.errors import InvalidInput
 
 def span(cpus: Sequence[int] | set[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: list[str] = []
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive CPUs
     for n in sorted(set(cpus)):
-        if out and out[-1].split("-")[-1] == str(n - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1] = n
         else:
-            out.append(str(n))
-    return ",".join(out)
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def pin(cpus: Sequence[int]) -> None:
