@@ -94,6 +94,8 @@ class Session:
         self._last_render = -1
         """The render number (``RenderMemo.builds``) that made ``_last_text``; -1: not the memo's."""
         self._last_handles: tuple[str, ...] = ()
+        self._last_sums: list[int] = [0]
+        """For a counter with no text form: ``_last_sums[i]``, the plan costs of ``_last[:i]``."""
         self.builds = 0
         self._memo = RenderMemo()
         self._settled = False
@@ -158,14 +160,24 @@ class Session:
                            self.counter.notes, handles, reuse, self.builds)
 
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
-        if not self._last:
-            return 0
         after = getattr(self.counter, "tokens_after", None)
-        if ctx.text and self._last_text and after is not None:
-            known, mark = self._memo.shared_with(self._last_render, ctx.text)
-            changed = shared_prefix(self._last_text, ctx.text, known=known)
-            return ctx.total - after(ctx.text, changed, mark=mark)
-        return sum(self.counter.message_cost(m) for m in messages[:same])  # no text form: plan costs
+        if ctx.text and after is not None:
+            self._last_sums = []  # (kept only while the counter has no text form)
+            if not self._last:
+                return 0
+            if self._last_text:
+                known, mark = self._memo.shared_with(self._last_render, ctx.text)
+                changed = shared_prefix(self._last_text, ctx.text, known=known)
+                return ctx.total - after(ctx.text, changed, mark=mark)
+        # no text form: the plan costs of the shared messages, summed only past the previous prompt
+        sums = self._last_sums[:same + 1] if len(self._last_sums) == len(self._last) + 1 else [0]
+        total = sums[-1]
+        cost = self.counter.message_cost
+        for m in messages[len(sums) - 1:]:
+            total += cost(m)
+            sums.append(total)
+        self._last_sums = sums
+        return sums[same]
 
 
 _handles_memo: dict[Message, tuple[str, ...]] = {}

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
+import operator
 import string
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
@@ -202,6 +204,11 @@ LOOKBACK = 8
 W = TypeVar("W")
 
 
+def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items of two sequences are the same objects (compared in C)."""
+    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
+
+
 class _Walks(Generic[W]):
     """Recent walks over lists, by the identity of each list's last item: a build's request
     extends an earlier one of the same conversation and holds that one's last message a few
@@ -220,10 +227,7 @@ class _Walks(Generic[W]):
             hit = self._items.get(id(item))
             if hit is not None:
                 inputs, walk = hit
-                shared, n = 0, min(len(inputs), len(items))
-                while shared < n and inputs[shared] is items[shared]:
-                    shared += 1
-                return walk, shared
+                return walk, _same_objects(inputs, items)
         return None, 0
 
     def keep(self, items: Sequence[Any], walk: W) -> None:
@@ -393,6 +397,8 @@ class MistralCounter:
         self._tools_json = IdentityMemo(limit=64)
         self._memoized(tokenizer._chat_completion_request_validator)
         self._converted: dict[Message, Any] = {}
+        self._conversions: _Walks[list[Any]] = _Walks()
+        """Reusing builds' converted message lists, extended by the builds that share their start."""
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
@@ -437,7 +443,7 @@ class MistralCounter:
         try:
             with self._runs.reusing(reuse):
                 if reuse:
-                    req = self._request(messages=[self._convert(m) for m in messages],
+                    req = self._request(messages=self._converts(messages),
                                         tools=self._convert_tools(tools))
                 else:
                     req = ChatCompletionRequest.from_openai([_request_dict(m) for m in messages], list(tools) or None)
@@ -445,6 +451,16 @@ class MistralCounter:
                 return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
         except Exception as exc:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
+
+    def _converts(self, messages: Sequence[Message]) -> list[Any]:
+        """Each message converted, those the previous build of the conversation shared taken from
+        its list (by identity) instead of looked up one by one."""
+        held, shared = self._conversions.find(messages)
+        out = held[:shared] if held is not None else []
+        out += [self._convert(m) for m in messages[shared:]]
+        if messages:
+            self._conversions.keep(messages, out)
+        return list(out)
 
     def _convert(self, m: Message) -> Any:
         got = self._converted.get(m)

@@ -495,3 +495,26 @@ def test_mistral_session_tokenizes_each_text_once():
         assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
     again = {len(s): n for s, n in encoded.items() if n > 1 and len(s) >= 64}
     assert users >= 1 and not again and sum(map(len, encoded)) > 50_000
+
+
+def test_mistral_builds_report_the_plan_costs_of_the_messages_they_share_as_reusable():
+    """A counter with no text form reports as reusable (``cache_break_tokens``) the costs of the
+    messages a prompt shares with the previous one, summed only past that prompt's end: equal to
+    the plain sum on every build, through compactions that change the prompt's start."""
+    from budgeter.core.engine import Session
+    from budgeter.core.incremental import common_length
+    from budgeter.core.policy import Policy
+
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    messages, tools, ends = _mistral_turns(seed=7, chars=90_000)
+    session = Session(counter, policy=Policy(window=6_000, reserve=256), tools=tools)
+    previous: tuple[Message, ...] = ()
+    shortened = 0
+    for before, end in zip([0, *ends[:-1]], ends, strict=True):
+        session.append(messages[before:end])
+        result = session.build()
+        same = common_length(previous, result.messages)
+        shortened += 0 < same < len(previous)
+        assert result.cache_break_tokens == sum(counter.message_cost(m) for m in result.messages[:same])
+        previous = result.messages
+    assert shortened >= 2 and len(ends) > 10
