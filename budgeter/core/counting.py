@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from budgeter.core import incremental
+from budgeter.core.frames import Frames
 from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, has_surrogate
 from budgeter.core.messages import Message, to_template
@@ -176,12 +177,28 @@ class TemplateCounter:
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
+        self.frames = self._frames(fmt) if adapter is None else None
+        """Lone renders of plain messages made from a frame per shape (``core/frames.py``)."""
+
+    def _frames(self, fmt: ChatFormat) -> Frames | None:
+        tracing = getattr(fmt, "tracing", None)
+        traced = tracing() if tracing is not None else None
+        if traced is None:
+            return None
+
+        def render(dicts: list[dict[str, Any]], f: Any = traced) -> str:
+            return f.render(dicts, None, add_generation_prompt=False)  # type: ignore[no-any-return]
+
+        return Frames(render, audit=lambda d: self.format.render([d], None, add_generation_prompt=False))
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What the report says about this profile, and why windows are off if they are."""
         off = self.windowed.off
-        return self._notes + (f"renders: every build whole ({off})",) if off else self._notes
+        notes = self._notes + (f"renders: every build whole ({off})",) if off else self._notes
+        if self.frames is not None and self.frames.off:
+            notes += (f"lone renders: by the template ({self.frames.off})",)
+        return notes
 
     def _template_dict(self, m: Message) -> dict[str, Any]:
         d = self._dicts.get(m)
@@ -252,7 +269,12 @@ class TemplateCounter:
             self.pieces.seed(text, counts)
 
     def _isolated_text(self, m: Message) -> str | None:
-        dicts = [self._template_dict(m)]
+        d = self._template_dict(m)
+        if self.frames is not None:
+            framed = self.frames.text(d, tuple(f() for f in self._dated) if self._dated else ())
+            if framed is not None:
+                return framed
+        dicts = [d]
         if self.adapter is not None:
             dicts, _ = self.adapter(dicts, ())
         try:

@@ -111,6 +111,12 @@ class RuledFormat:
     def __getattr__(self, attribute: str) -> Any:  # source, object_arguments, ...
         return getattr(self.inner, attribute)
 
+    def tracing(self) -> RuledFormat | None:
+        """This format over the inner format's tracing copy (``core/frames.py``)."""
+        inner = getattr(self.inner, "tracing", None)
+        traced = inner() if inner is not None else None
+        return RuledFormat(traced, self.rules) if traced is not None else None
+
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:
         rewritten = [self._rewrite(m) for m in messages] if self.rules.single_call or self.rules.thinking_field \
