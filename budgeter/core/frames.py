@@ -320,20 +320,17 @@ def _shape(x: Any, values: list[str], key: str, depth: int) -> Any:
             return x
         values.append(x)
         return str
-    if x is None or kind in (bool, int, float):
-        return (kind, repr(x))  # (by its text: -0.0 == 0.0, but their JSON differs)
-    if depth > 6:
-        raise Untraceable("nested too deeply")
     if kind is dict:
-        return (dict, tuple((k, _shape(v, values, k, depth + 1)) if type(k) is str else _bad_key()
-                            for k, v in x.items()))
+        if depth > 6:
+            raise Untraceable("nested too deeply")
+        return (dict, tuple([(k, _shape(v, values, k, depth + 1)) for k, v in x.items()]))
+    if x is None or kind is bool or kind is int or kind is float:
+        return (kind, repr(x))  # (by its text: -0.0 == 0.0, but their JSON differs)
     if kind is list:
-        return (list, tuple(_shape(v, values, "", depth + 1) for v in x))
+        if depth > 6:
+            raise Untraceable("nested too deeply")
+        return (list, tuple([_shape(v, values, "", depth + 1) for v in x]))
     raise Untraceable(f"a {kind.__name__} in a message")
-
-
-def _bad_key() -> Any:
-    raise Untraceable("a key that is not a string")
 
 
 def _stand_in(x: Any, key: str, slots: list[int]) -> Any:
