@@ -178,7 +178,7 @@ class TemplateCounter:
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
         self.frames = self._frames(fmt) if adapter is None else None
-        """Lone renders of plain messages made from a frame per shape (``core/frames.py``)."""
+        """Lone renders made from a frame per shape of message (``core/frames.py``)."""
 
     def _frames(self, fmt: ChatFormat) -> Frames | None:
         tracing = getattr(fmt, "tracing", None)
@@ -186,10 +186,11 @@ class TemplateCounter:
         if traced is None:
             return None
 
-        def render(dicts: list[dict[str, Any]], f: Any = traced) -> str:
-            return f.render(dicts, None, add_generation_prompt=False)  # type: ignore[no-any-return]
+        def render(dicts: list[dict[str, Any]], tools: Any, gen: bool, f: Any = traced) -> str:
+            return f.render(dicts, tools, add_generation_prompt=gen)  # type: ignore[no-any-return]
 
-        return Frames(render, audit=lambda d: self.format.render([d], None, add_generation_prompt=False))
+        return Frames(render, audit=lambda dicts, tools, gen: self.format.render(
+            dicts, tools, add_generation_prompt=gen))
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -269,12 +270,11 @@ class TemplateCounter:
             self.pieces.seed(text, counts)
 
     def _isolated_text(self, m: Message) -> str | None:
-        d = self._template_dict(m)
+        dicts = [self._template_dict(m)]
         if self.frames is not None:
-            framed = self.frames.text(d, tuple(f() for f in self._dated) if self._dated else ())
+            framed = self.frames.text(dicts[0], tuple(f() for f in self._dated) if self._dated else ())
             if framed is not None:
                 return framed
-        dicts = [d]
         if self.adapter is not None:
             dicts, _ = self.adapter(dicts, ())
         try:

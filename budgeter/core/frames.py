@@ -237,32 +237,53 @@ def _holds(x: Any, depth: int = 0) -> bool:
     return isinstance(attrs, dict) and _holds(attrs, depth + 1)
 
 
-class Frames:
-    """One profile's frames, by the shape of a message's template dict."""
+MAX_MESSAGES = 16
+"""Longer lists render by the template: their shapes rarely come back (a whole conversation)."""
 
-    def __init__(self, render: Callable[[list[dict[str, Any]]], str], *, limit: int = 4096,
-                 audit: Callable[[dict[str, Any]], str] | None = None, audit_every: int = 64) -> None:
+Render = Callable[[list[dict[str, Any]], Any, bool], str]
+"""(template dicts, tools or None, add_generation_prompt) -> text."""
+
+
+class Frames:
+    """One profile's frames, by the shape of what is rendered: the messages' template dicts, the
+    tools (concrete, by the key the caller gives them), the generation prompt and the date."""
+
+    def __init__(self, render: Render, *, limit: int = 4096, audit: Render | None = None,
+                 audit_every: int = 64) -> None:
         self._render = render
-        """Renders one message alone with the traced template."""
+        """Renders with the traced template."""
         self._audit = audit
         self.audit_every = audit_every
         self._frames: dict[tuple[Any, ...], Any] = {}
+        self._seen: set[tuple[Any, ...]] = set()
         self._limit = limit
         self.framed = 0
         self.off = ""
 
     def text(self, d: Mapping[str, Any], stamp: tuple[Any, ...] = ()) -> str | None:
-        """The message's render alone, or None where it is not made from a frame."""
-        if self.off:
+        """The message's render alone (no tools, no generation prompt), or None where it is not
+        made from a frame."""
+        return self.render([d], None, None, False, stamp)  # type: ignore[list-item]
+
+    def render(self, dicts: list[dict[str, Any]], tools: Any, tools_key: Any, gen: bool,
+               stamp: tuple[Any, ...] = ()) -> str | None:
+        """The render of ``dicts`` (with ``tools``, known by ``tools_key``), or None where it is
+        not made from a frame."""
+        if self.off or len(dicts) > MAX_MESSAGES:
             return None
         values: list[str] = []
         try:
-            shape = (_shape(d, values, "", 0), stamp)
+            shape = (tuple([_shape(d, values, "", 0) for d in dicts]), tools_key, gen, stamp)
         except Untraceable:
             return None
         frame = self._frames.get(shape)
         if frame is None:
-            frame = self._trace(d)
+            if shape not in self._seen:  # a shape met once may never come back: trace it the
+                if len(self._seen) >= self._limit:  # second time
+                    self._seen.clear()
+                self._seen.add(shape)
+                return None
+            frame = self._trace(dicts, tools, gen)
             if len(self._frames) >= self._limit:
                 self._frames.clear()
             self._frames[shape] = frame
@@ -271,28 +292,28 @@ class Frames:
         node, guards = frame
         for at, test, args, answer in guards:
             if _answer(_evaluate(at, values), test, args) != answer:
-                return None  # this message takes another branch of the template
+                return None  # these messages take another branch of the template
         text = _evaluate(node, values)
         self.framed += 1
         if self._audit is not None and self.framed % self.audit_every == 0:
             try:
-                plain: str | None = self._audit(dict(d))
+                plain: str | None = self._audit(list(dicts), tools, gen)
             except Exception:  # the template refuses what its traced copy rendered
                 plain = None
             if plain != text:
-                self.off = "a framed lone render differed from the template's: frames are off"
+                self.off = "a framed render differed from the template's: frames are off"
                 log.warning("budgeter: %s", self.off)
                 return plain
         return text
 
-    def _trace(self, d: Mapping[str, Any]) -> Any:
+    def _trace(self, dicts: list[dict[str, Any]], tools: Any, gen: bool) -> Any:
         slots = [0]
-        stand_in = _stand_in(d, "", slots)
+        stand_in = [_stand_in(d, "", slots) for d in dicts]
         guards: list[tuple[Any, str, tuple[Any, ...], Any]] = []
         _tracing.guards = guards
         try:
-            out = self._render([stand_in])
-        except Exception:  # Untraceable, or a template that refuses the message alone
+            out = self._render(stand_in, tools, gen)
+        except Exception:  # Untraceable, or a template that refuses these messages
             return _NO
         finally:
             del _tracing.guards

@@ -23,7 +23,7 @@ def _plain(fmt, d):
 def _frames(fmt) -> Frames:
     traced = fmt.tracing()
     assert traced is not None
-    return Frames(lambda dicts: traced.render(dicts, None, add_generation_prompt=False))
+    return Frames(lambda dicts, tools, gen: traced.render(dicts, tools, add_generation_prompt=gen))
 
 
 _TEXT = st.one_of(
@@ -76,12 +76,12 @@ def test_frames_render_what_the_template_renders(fmt, messages):
 
 
 def test_frames_render_most_messages_of_a_session(qwen3_path):
-    """A generated coding session's messages: all but a few are made from a frame, and each is
-    the template's render; the template ran once per shape, not once per message."""
+    """A generated coding session's messages: most are made from a frame, and each is the
+    template's render; the template ran about twice per shape, not once per message."""
     for spec in ("qwen3.6", qwen3_path):
         counter = resolve(spec)
         frames = _frames(counter.format)
-        messages = from_openai_list(make_session(11, chars=60_000)["messages"])
+        messages = from_openai_list(make_session(11, chars=120_000)["messages"])
         framed = 0
         for m in messages:
             d = to_template(m)
@@ -89,7 +89,8 @@ def test_frames_render_most_messages_of_a_session(qwen3_path):
             if text is not None:
                 framed += 1
                 assert text == _plain(counter.format, d)
-        assert framed >= len(messages) * 0.6 and len(frames._frames) < len(messages) / 3, (spec, framed)
+        # (the Qwen3 folder's template serializes call arguments with tojson: calls render by it)
+        assert framed >= len(messages) * 0.45 and len(frames._frames) < len(messages) / 3, (spec, framed)
 
 
 def test_lone_costs_come_from_frames_and_equal_the_templates(qwen36):
@@ -147,7 +148,7 @@ def test_what_a_frame_cannot_reproduce_is_rendered_by_the_template(name):
     if traced is None:  # (x in "literal": refused on the template's syntax)
         assert name == "in a literal"
         return
-    frames = Frames(lambda dicts: traced.render(dicts, None, add_generation_prompt=False))
+    frames = Frames(lambda dicts, tools, gen: traced.render(dicts, tools, add_generation_prompt=gen))
     texts = ["abc", "x", "zz", "a b c", "  pad ", "", "\n", "7", "2.5", "<b>t</b>", "é", "abcz", "q </think> r"]
     framed = 0
     for _ in range(2):
@@ -166,8 +167,9 @@ def test_a_framed_render_that_differs_turns_frames_off():
     """The audit: a frame that renders otherwise than the template (here, tampered with) is
     caught at the next audited render, which answers the template's text; frames stay off."""
     fmt = resolve("qwen2.5").format
-    frames = Frames(_frames(fmt)._render, audit=lambda d: _plain(fmt, d), audit_every=3)
+    frames = Frames(_frames(fmt)._render, audit=lambda dicts, tools, gen: _plain(fmt, dicts[0]), audit_every=3)
     d = to_template(Message("user", "hello"))
+    assert frames.text(d) is None  # a shape met once is rendered by the template; traced the second time
     assert frames.text(d) == _plain(fmt, d)
     (shape, (node, guards)), = frames._frames.items()
     frames._frames[shape] = ("tampered", guards)
@@ -184,5 +186,28 @@ def test_numbers_equal_in_python_but_rendered_apart_have_shapes_of_their_own():
     for value in (0.0, -0.0, 1, True, 1.0, None, 0, False):
         m = Message("assistant", "", tool_calls=(ToolCall("c1", "run", json.dumps({"n": value})),))
         d = to_template(m)
-        assert frames.text(d) == _plain(fmt, d), value
+        assert frames.text(d) is None and frames.text(d) == _plain(fmt, d), value
     assert len(frames._frames) == 8
+
+
+_TOOLS = [None, [{"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                                    "parameters": {"type": "object", "properties": {
+                                                        "path": {"type": "string"}}}}}]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_messages(), min_size=1, max_size=6), min_size=1, max_size=4),
+       st.sampled_from([0, 1]), st.booleans())
+def test_framed_windows_render_what_the_template_renders(fmt, conversations, tools, gen):
+    """Lists of messages with the tools or none, with the generation prompt or not, each list
+    twice: a framed render equals the template's. (Builds render windows by the template: framed,
+    they measured no faster, their shapes coming back too seldom for the traces to pay.)"""
+    frames = _frames(fmt)
+    for dicts in [[to_template(m) for m in c] for c in conversations] * 2:
+        framed = frames.render(dicts, _TOOLS[tools], tools, gen)
+        if framed is not None:
+            try:
+                plain = fmt.render(dicts, _TOOLS[tools], add_generation_prompt=gen)
+            except Exception:
+                plain = None
+            assert framed == plain
