@@ -7,11 +7,12 @@ loaded replica spends about a seventh of its time there. Messages of one shape r
 template joins their text with literals, trims it, and decides a few things by testing it.
 
 A message's **shape** is its template dict with every string stood in for, except ``role`` and
-``type`` and the keys of dicts (which stay as they are, like numbers, booleans and None): a tool
-result of any text has the shape of every other tool result, a call to ``read_file`` with a
-``path`` that of every other such call. ``Frames`` renders one message of each shape once more
-with a **traced** copy of the template, the strings stood in for by ``Sym`` values that record
-what the template does with them:
+``type``, empty strings and the keys of dicts (which stay as they are, like numbers, booleans and
+None): a tool result of any text has the shape of every other tool result, a call to
+``read_file`` with a ``path`` that of every other such call. The second time ``Frames`` meets a
+shape (a shape met once may never come back), it renders the message with a **traced** copy of
+the template, the strings stood in for by ``Sym`` values that record what the template does with
+them:
 - concatenation and ``strip``/``lstrip``/``rstrip`` (and the ``trim`` filter) build an expression
   of the fields;
 - a few tests of a value (truth, ``"x" in value``, ``startswith``/``endswith``, ``==``/``!=``
