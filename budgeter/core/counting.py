@@ -186,8 +186,8 @@ class TemplateCounter:
         if traced is None:
             return None
 
-        def render(dicts: list[dict[str, Any]], tools: Any, gen: bool, f: Any = traced) -> str:
-            return f.render(dicts, tools, add_generation_prompt=gen)  # type: ignore[no-any-return]
+        def render(dicts: list[Mapping[str, Any]], tools: Any, gen: bool) -> str:
+            return traced.render(dicts, tools, add_generation_prompt=gen)  # type: ignore[no-any-return]
 
         return Frames(render, audit=lambda dicts, tools, gen: self.format.render(
             dicts, tools, add_generation_prompt=gen))

@@ -106,12 +106,12 @@ class Sym(str):
     def __add__(self, other: Any) -> Sym:  # type: ignore[override]
         if type(other) is not str and not isinstance(other, Sym):
             raise Untraceable("a field is added to a non-string")
-        return _cat((self, other))
+        return joined((self, other))
 
     def __radd__(self, other: Any) -> Sym:
         if type(other) is not str:
             raise Untraceable("a field is added to a non-string")
-        return _cat((other, self))
+        return joined((other, self))
 
     def _strip(self, how: str, chars: Any) -> Sym:
         if chars is not None and type(chars) is not str:
@@ -182,7 +182,7 @@ Sym.__repr__ = _refuse  # type: ignore[method-assign,assignment]
 Sym.__format__ = _refuse  # type: ignore[method-assign,assignment]
 
 
-def _cat(parts: Sequence[Any]) -> Sym:
+def joined(parts: Sequence[Any]) -> Sym:
     nodes: list[Any] = []
     for p in parts:
         sub = p.node.parts if isinstance(p, Sym) and type(p.node) is _Cat else (p.node,) if isinstance(p, Sym) else (p,)
@@ -221,27 +221,27 @@ def _literals(node: Any) -> Iterator[str]:
             yield node.chars
 
 
-def _holds(x: Any, depth: int = 0) -> bool:
+def holds(x: Any, depth: int = 0) -> bool:
     """Whether ``x`` is a stand-in or holds one (in containers and namespaces)."""
     if isinstance(x, Sym):
         return True
     if depth > 8:
         return True  # deeper than any message: treat as holding one
     if isinstance(x, Mapping):
-        return any(_holds(k, depth + 1) or _holds(v, depth + 1) for k, v in x.items())
+        return any(holds(k, depth + 1) or holds(v, depth + 1) for k, v in x.items())
     if isinstance(x, (list, tuple, set, frozenset)):
-        return any(_holds(v, depth + 1) for v in x)
+        return any(holds(v, depth + 1) for v in x)
     try:  # a jinja namespace's attributes (read past its own __getattribute__, and an Undefined's)
         attrs = object.__getattribute__(x, "_Namespace__attrs")
     except AttributeError:
         return False
-    return isinstance(attrs, dict) and _holds(attrs, depth + 1)
+    return isinstance(attrs, dict) and holds(attrs, depth + 1)
 
 
 MAX_MESSAGES = 16
 """Longer lists render by the template: their shapes rarely come back (a whole conversation)."""
 
-Render = Callable[[list[dict[str, Any]], Any, bool], str]
+Render = Callable[[list[Mapping[str, Any]], Any, bool], str]
 """(template dicts, tools or None, add_generation_prompt) -> text."""
 
 
@@ -264,9 +264,9 @@ class Frames:
     def text(self, d: Mapping[str, Any], stamp: tuple[Any, ...] = ()) -> str | None:
         """The message's render alone (no tools, no generation prompt), or None where it is not
         made from a frame."""
-        return self.render([d], None, None, False, stamp)  # type: ignore[list-item]
+        return self.render([d], None, None, False, stamp)
 
-    def render(self, dicts: list[dict[str, Any]], tools: Any, tools_key: Any, gen: bool,
+    def render(self, dicts: Sequence[Mapping[str, Any]], tools: Any, tools_key: Any, gen: bool,
                stamp: tuple[Any, ...] = ()) -> str | None:
         """The render of ``dicts`` (with ``tools``, known by ``tools_key``), or None where it is
         not made from a frame."""
@@ -307,7 +307,7 @@ class Frames:
                 return plain
         return text
 
-    def _trace(self, dicts: list[dict[str, Any]], tools: Any, gen: bool) -> Any:
+    def _trace(self, dicts: Sequence[Mapping[str, Any]], tools: Any, gen: bool) -> Any:
         slots = [0]
         stand_in = [_stand_in(d, "", slots) for d in dicts]
         guards: list[tuple[Any, str, tuple[Any, ...], Any]] = []

@@ -174,7 +174,7 @@ def trace_environment(template: Any) -> None:
     """Make a compiled template (its own environment, not shared) trace ``Sym`` values."""
     from jinja2.runtime import Macro
 
-    from budgeter.core.frames import Sym, Untraceable, _cat, _holds
+    from budgeter.core.frames import Sym, Untraceable, holds, joined
 
     env = template.environment
 
@@ -183,7 +183,7 @@ def trace_environment(template: Any) -> None:
         def run(*args: Any, **kwargs: Any) -> Any:
             passed = getattr(fn, "jinja_pass_arg", None)
             rest = args[2:] if passed is not None else args[1:]  # (context/environment,) value, ...
-            if _holds(rest) or _holds(kwargs):
+            if holds(rest) or holds(kwargs):
                 raise Untraceable(f"a field is an argument of {name}")
             return fn(*args, **kwargs)
         return run
@@ -191,7 +191,7 @@ def trace_environment(template: Any) -> None:
     def refusing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            if _holds(args) or _holds(kwargs):
+            if holds(args) or holds(kwargs):
                 raise Untraceable(f"a field is read by {name}")
             return fn(*args, **kwargs)
         return run
@@ -210,7 +210,7 @@ def trace_environment(template: Any) -> None:
     def by_type(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def run(value: Any, *args: Any) -> Any:
-            if _holds(args):
+            if holds(args):
                 raise Untraceable("a field is an argument of a test")
             return fn("x" if isinstance(value, Sym) else value, *args)  # any string answers alike
         return run
@@ -221,7 +221,7 @@ def trace_environment(template: Any) -> None:
 
     def traced_call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
         if (isinstance(getattr(obj, "__self__", None), Sym) or type(obj) is Macro or obj is namespace
-                or not (_holds(args) or _holds(kwargs))):
+                or not (holds(args) or holds(kwargs))):
             return call(context, obj, *args, **kwargs)
         raise Untraceable("a field is an argument of a call")
 
@@ -230,7 +230,7 @@ def trace_environment(template: Any) -> None:
     def concat(items: Any) -> str:
         parts = list(items)
         if any(isinstance(p, Sym) for p in parts):
-            return _cat(parts)
+            return joined(parts)
         return "".join(parts)
 
     env.concat = concat
