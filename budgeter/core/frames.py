@@ -174,19 +174,19 @@ def _answer(text: str, test: str, args: tuple[Any, ...]) -> Any:
 _KEPT = {"__new__", "__init__", "__getattribute__", "__setattr__", "__delattr__", "__init_subclass__",
          "__subclasshook__", "__class__", "__dir__", "__sizeof__", "__reduce__", "__reduce_ex__",
          "__getstate__", "__doc__"}
+# Refused: ordering, slicing, iteration, every other method, and str(), repr() and format() (the
+# traced template's output has its own str)
 for _name in dir(str):
     if _name not in _KEPT and _name not in Sym.__dict__ and callable(getattr(str, _name)):
-        setattr(Sym, _name, _refuse)  # comparisons, hashing, length, iteration, every other method
-Sym.__str__ = _refuse  # type: ignore[method-assign,assignment]  # str() outside the template's output
-Sym.__repr__ = _refuse  # type: ignore[method-assign,assignment]
-Sym.__format__ = _refuse  # type: ignore[method-assign,assignment]
+        setattr(Sym, _name, _refuse)
 
 
 def joined(parts: Sequence[Any]) -> Sym:
+    """Strings and stand-ins joined: one expression of their parts, adjacent literals merged."""
     nodes: list[Any] = []
     for p in parts:
-        sub = p.node.parts if isinstance(p, Sym) and type(p.node) is _Cat else (p.node,) if isinstance(p, Sym) else (p,)
-        for n in sub:
+        node = p.node if isinstance(p, Sym) else p
+        for n in node.parts if type(node) is _Cat else (node,):
             if type(n) is str:
                 if not n:
                     continue

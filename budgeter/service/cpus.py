@@ -39,14 +39,13 @@ def pin(cpus: Sequence[int]) -> None:
     if not hasattr(os, "sched_setaffinity"):
         raise InvalidInput("cpus: this OS offers no way to pin a process to CPUs; leave cpus unset",
                            field="cpus", reason="CPUS_UNAVAILABLE")
-    allowed = os.sched_getaffinity(0)
-    missing = set(cpus) - allowed
+    allowed, wanted = os.sched_getaffinity(0), set(cpus)
+    missing = wanted - allowed
     if missing:
         raise InvalidInput(f"cpus {span(missing)} are not available to this process (it may run on "
                            f"{span(allowed)}); choose among those with --cpus (BUDGETER_CPUS)",
                            field="cpus", reason="CPUS_UNAVAILABLE",
                            metadata={"cpus": span(cpus), "available": span(allowed)})
-    wanted = set(cpus)
     os.sched_setaffinity(0, wanted)  # the calling thread: the threads it starts inherit it
     for task in _tasks():  # threads started before (a library's own): all of them
         with contextlib.suppress(ProcessLookupError, PermissionError):  # ended meanwhile
