@@ -382,6 +382,24 @@ class _Counted:
         self.first, self.last, self.system_prompt, self.tools, self.sums = first, last, system_prompt, tools, sums
 
 
+def _flag_blind(instruct: Any) -> tuple[bool, bool]:
+    """Whether ``instruct``'s tool-result and assistant encoders ignore their
+    ``is_before_last_user_message`` flag: mistral-common's own V1, V3, V7 and V13 methods do (only
+    V2's read it), known by the method's identity, so a subclass that overrides one reads as
+    flag-dependent. A message such an encoder writes is counted once, whatever its place against
+    the last user message."""
+    from mistral_common.tokens.tokenizers import instruct as versions
+
+    def methods(name: str) -> set[Any]:
+        return {getattr(getattr(versions, cls), name, None)
+                for cls in ("InstructTokenizerV1", "InstructTokenizerV3", "InstructTokenizerV7",
+                            "InstructTokenizerV13")} - {None}
+
+    kind = type(instruct)
+    return (kind.encode_tool_message in methods("encode_tool_message"),
+            kind.encode_assistant_message in methods("encode_assistant_message"))
+
+
 class MistralCounter:
     def __init__(self, tokenizer: Any, *, name: str) -> None:
         self.name = name
@@ -406,6 +424,9 @@ class MistralCounter:
         self._request = _Blank(ChatCompletionRequest)
         """Reusing builds' ``ChatCompletionRequest``."""
         self._lengths_only = _fast_encode(tokenizer.instruct_tokenizer.tokenizer)
+        self._blind = _flag_blind(tokenizer.instruct_tokenizer)
+        """Whether tool results and assistant messages encode alike before and after the last user
+        message (then they are counted under no flags, so a new user turn finds them counted)."""
         self.audit_every = 64
         self._counts = 0
         self.off = ""
@@ -542,12 +563,12 @@ class MistralCounter:
                     m, r.available_tools, f[0], f[1], system_prompt=r.system_prompt,
                     force_img_first=True, settings=r.settings)[0]
             elif isinstance(msg, ToolMessage):
-                flags = (idx < last,)
-                fn = lambda m=msg, f=flags: it.encode_tool_message(m, f[0])[0]  # type: ignore[misc,assignment]  # noqa: E731
+                flags = () if self._blind[0] else (idx < last,)
+                fn = lambda m=msg, b=idx < last: it.encode_tool_message(m, b)[0]  # type: ignore[misc,assignment]  # noqa: E731
             elif isinstance(msg, AssistantMessage):
-                flags = (idx < last,)
-                fn = lambda m=msg, f=flags: it.encode_assistant_message(  # type: ignore[misc,assignment]  # noqa: E731
-                    message=m, is_before_last_user_message=f[0])
+                flags = () if self._blind[1] else (idx < last,)
+                fn = lambda m=msg, b=idx < last: it.encode_assistant_message(  # type: ignore[misc,assignment]  # noqa: E731
+                    message=m, is_before_last_user_message=b)
             else:
                 flags = ()
                 fn = lambda m=msg: it.encode_system_message(m)[0]  # type: ignore[misc,assignment]  # noqa: E731

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from budgeter.core.messages import Message, ToolCall, from_openai_list
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import resolve
-from budgeter.tokenizers.mistral import MistralCounter
+from budgeter.tokenizers.mistral import MistralCounter, _request_dict
 from tests.bench.sessions import make_session
 
 
@@ -319,6 +319,44 @@ def test_mistral_walk_resumes_where_the_conversation_changed():
     extra = Message(role="user", content="and one more thing")
     for messages in (changed, one[:end], [*one[:end], extra], [*one[:end], extra, Message(role="user", content="x")]):
         assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
+    assert counter.off == ""
+
+
+def test_mistral_new_user_turn_counts_only_its_own_messages():
+    """Tekken V3's tool-result and assistant encoders ignore whether the message comes before the
+    last user message (both flags encode alike), so a build after a new user message encodes only
+    that message and the last user turn's, and counts what mistral-common's own encoding counts."""
+    tok = _tekken()
+    counter = MistralCounter(tok, name="mistral-tekken")
+    counter.audit_every = 10**9  # reusing builds only
+    it = tok.instruct_tokenizer
+    messages, tools, _ = _mistral_turns(seed=6, chars=40_000)
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    assert len(users) >= 3
+    assert counter.count_prompt(messages[:users[-1]], tools) == _mistral_own(messages[:users[-1]], tools)
+
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    request = tok._instruct_request_normalizer.from_chat_completion_request(ChatCompletionRequest.from_openai(
+        [_request_dict(m) for m in messages[:users[-1]]], list(tools)))
+    encoded = 0
+    for m in request.messages:
+        if m.role == "tool":
+            assert it.encode_tool_message(m, True) == it.encode_tool_message(m, False)
+            encoded += 1
+        elif m.role == "assistant":
+            assert (it.encode_assistant_message(m, is_before_last_user_message=True)
+                    == it.encode_assistant_message(m, is_before_last_user_message=False))
+            encoded += 1
+    assert encoded > 4
+
+    calls: list[str] = []
+    tool, assistant = it.encode_tool_message, it.encode_assistant_message
+    it.encode_tool_message = lambda *a, **k: calls.append("tool") or tool(*a, **k)
+    it.encode_assistant_message = lambda *a, **k: calls.append("assistant") or assistant(*a, **k)
+    grown = messages[:users[-1] + 1]
+    assert counter.count_prompt(grown, tools) == _mistral_own(grown, tools)
+    assert calls == [], calls  # the user message was the only new one; nothing else re-encoded
     assert counter.off == ""
 
 
