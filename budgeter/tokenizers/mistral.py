@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import logging
 import operator
+import re
 import string
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
@@ -151,51 +152,133 @@ def _resume_checks(validator: Any, on: Callable[[], bool]) -> Any:
 LENGTHS_HELD = 4_000_000
 """How many characters of text the Tekken encode keeps the id counts of (in a map by text)."""
 
+TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+                  r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+                  r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+"""The pre-tokenizer pattern of mistral-common's Tekken vocabularies, for which a lowercase ASCII
+letter followed by a space is a cut (``_Lengths``)."""
 
-def _fast_encode(tekken: Any) -> list[bool]:
+SPLIT_FROM = 1024
+"""The shortest text whose payload is counted apart from its envelope (``_Lengths``)."""
+
+EDGE = 32
+"""How many characters without a double quote must lie between a payload's cut and its envelope."""
+
+_LETTER_SPACE = re.compile("[a-z](?= )")
+_SPACE_LETTER = re.compile(" (?=[a-z])")
+
+
+class _Lengths:
     """mistral-common's Tekken ``encode`` shifts each id by ``num_special_tokens``, a property it
     reads once per token (half of a Mistral build's tokenizing): the same shift, read once per
     call. Its tiktoken ``Encoding`` has no special tokens (Tekken handles those itself), so its
     ``encode`` equals ``encode_ordinary``, which is 1.7x as fast here: ``encode`` looks for special
     tokens with a pattern made of none, which matches the empty string at every character.
 
-    Returns a switch: while its one item is true (a count is made), the encode returns as many
-    ids as the text has, all zero: a count needs how many there are, and mistral-common's encoding
-    of a chat message only joins them. Their number is kept by text (up to ``LENGTHS_HELD``
-    characters), so a text is tokenized once: an appended message's text is tokenized for its
-    cost and met again inside the build's encoding of the same message, and a message's flags
-    change when a user message follows it (which changes nothing of its text for the encodings that
-    ignore the flag, such as Tekken's V3)."""
-    lengths_only = [False]
-    if not (hasattr(tekken, "_model") and hasattr(tekken, "num_special_tokens")):
-        return lengths_only
-    model, shift = tekken._model, tekken.num_special_tokens
-    plain = "encode_ordinary" if not getattr(model, "special_tokens_set", True) else "encode"
-    lengths: dict[str, int] = {}
-    held = [0]
+    While ``counting`` (a count is made) the encode returns as many ids as the text has, all zero:
+    a count needs how many there are, and mistral-common's encoding of a chat message only joins
+    them. Their number is kept by text (up to ``LENGTHS_HELD`` characters), so a text is tokenized
+    once: an appended message's text is tokenized for its cost and met again inside the build's
+    encoding of the same message.
 
-    def encode(s: str, bos: bool, eos: bool) -> list[int]:
-        if lengths_only[0]:
-            n = lengths.get(s)
-            if n is None:
-                n = len(getattr(model, plain)(s))
-                if len(s) >= 64:  # (a shorter text tokenizes about as fast as it is looked up)
-                    if held[0] + len(s) > LENGTHS_HELD:
-                        lengths.clear()
-                        held[0] = 0
-                    lengths[s] = n
-                    held[0] += len(s)
-            tokens = [0] * n
-        else:
-            tokens = [t + shift for t in getattr(model, plain)(s)]
-        if bos:
-            tokens.insert(0, tekken.bos_id)
-        if eos:
-            tokens.append(tekken.eos_id)
-        return tokens
+    The texts mistral-common tokenizes wrap a payload in JSON that names its call: a tool result is
+    ``{"content": "...", "call_id": "..."}``, a call ``[{"name": ..., "arguments": {...}, "id":
+    "..."}]``. The same payload comes back under other ids (a retried call, a file read again, a
+    file's content written and then read), so a long text is counted in three parts: its head, its
+    payload and its tail, the payload's count kept by its text. The payload runs from the first to
+    the last cut of the text with ``EDGE`` characters free of ``"`` on its outer side: JSON's own
+    quotes around the payload keep the cuts inside it, wherever its envelope puts it.
 
-    tekken.encode = encode
-    return lengths_only
+    A cut is where a lowercase ASCII letter is followed by a space. Under ``TEKKEN_PATTERN``, a
+    letter can only be in a piece of the first two branches, whose letters come after at most one
+    leading non-letter, so the piece holding the letter ends before the space; the pieces before
+    the cut are matched alike whether the text goes on with a space or ends there (no branch that
+    could reach the letter reads past a non-letter, and no branch looks behind), and the pieces
+    from the cut on begin at the cut. BPE merges within a piece only: the text's count is the sum
+    of its parts'. For any other pattern texts are counted whole. Every ``audit_every``-th split
+    count is also made whole; a difference turns splitting off (named in ``off``)."""
+
+    def __init__(self, tekken: Any) -> None:
+        self.counting = False
+        self.off = ""
+        self.audit_every = 64
+        self._splits = 0
+        self._lengths: dict[str, int] = {}
+        self._held = 0
+        self._model: Any = None
+        self._plain = "encode"
+        if not (hasattr(tekken, "_model") and hasattr(tekken, "num_special_tokens")):
+            return
+        self._model = model = tekken._model
+        shift = tekken.num_special_tokens
+        self._plain = "encode_ordinary" if not getattr(model, "special_tokens_set", True) else "encode"
+        if getattr(model, "_pat_str", None) != TEKKEN_PATTERN:
+            self.off = "not Tekken's pre-tokenizer pattern: texts are counted whole"
+
+        def encode(s: str, bos: bool, eos: bool) -> list[int]:
+            tokens = [0] * self.count(s) if self.counting else [t + shift for t in self._ids(s)]
+            if bos:
+                tokens.insert(0, tekken.bos_id)
+            if eos:
+                tokens.append(tekken.eos_id)
+            return tokens
+
+        tekken.encode = encode
+
+    def _ids(self, s: str) -> list[int]:
+        return getattr(self._model, self._plain)(s)  # type: ignore[no-any-return]
+
+    def count(self, s: str) -> int:
+        n = self._lengths.get(s)
+        if n is None:
+            cuts = self._payload(s) if len(s) >= SPLIT_FROM and not self.off else None
+            if cuts is None:
+                n = len(self._ids(s))
+            else:
+                a, b = cuts
+                n = self._kept(s[:a]) + self._kept(s[a:b]) + self._kept(s[b:])
+                self._splits += 1
+                if self._splits % self.audit_every == 0:
+                    whole = len(self._ids(s))
+                    if whole != n:
+                        self.off = "a text counted in parts differed from its count whole: texts are counted whole"
+                        log.warning("budgeter: Tekken: %s (%d against %d)", self.off, n, whole)
+                        self._lengths.clear()
+                        self._held = 0
+                        n = whole
+            self._keep(s, n)
+        return n
+
+    def _kept(self, s: str) -> int:
+        n = self._lengths.get(s)
+        if n is None:
+            n = len(self._ids(s))
+            self._keep(s, n)
+        return n
+
+    def _keep(self, s: str, n: int) -> None:
+        if len(s) >= 64:  # (a shorter text tokenizes about as fast as it is looked up)
+            if self._held + len(s) > LENGTHS_HELD:
+                self._lengths.clear()
+                self._held = 0
+            self._lengths[s] = n
+            self._held += len(s)
+
+    @staticmethod
+    def _payload(s: str) -> tuple[int, int] | None:
+        """The first and the last cut of ``s`` with ``EDGE`` characters free of ``"`` before the
+        first and after the last, at least a quarter of ``s`` apart; None where there are none."""
+        limit = len(s) // 2
+        a = next((m.end() for m in _LETTER_SPACE.finditer(s, EDGE - 1, limit)
+                  if '"' not in s[m.end() - EDGE:m.end()]), None)
+        if a is None:
+            return None
+        r = s[::-1]
+        b = next((len(s) - m.start() - 1 for m in _SPACE_LETTER.finditer(r, EDGE, len(s) - limit)
+                  if '"' not in s[len(s) - m.start() - 1:len(s) - m.start() - 1 + EDGE]), None)
+        if b is None or b - a < len(s) // 4:
+            return None
+        return a, b
 
 
 LOOKBACK = 8
@@ -423,7 +506,7 @@ class MistralCounter:
 
         self._request = _Blank(ChatCompletionRequest)
         """Reusing builds' ``ChatCompletionRequest``."""
-        self._lengths_only = _fast_encode(tokenizer.instruct_tokenizer.tokenizer)
+        self._lengths = _Lengths(tokenizer.instruct_tokenizer.tokenizer)
         self._blind = _flag_blind(tokenizer.instruct_tokenizer)
         """Whether tool results and assistant messages encode alike before and after the last user
         message (then they are counted under no flags, so a new user turn finds them counted)."""
@@ -434,8 +517,12 @@ class MistralCounter:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        note = "mistral-common request encoding (exact, memoized per message)"
-        return (note, f"renders: {self.off}") if self.off else (note,)
+        notes = ["mistral-common request encoding (exact, memoized per message)"]
+        if self.off:
+            notes.append(f"renders: {self.off}")
+        if self._lengths.off:
+            notes.append(f"tokenizing: {self._lengths.off}")
+        return tuple(notes)
 
     def _json(self, tools: Sequence[Any]) -> tuple[str, ...]:
         """mistral-common's tools as JSON, made once per list of the same tool objects (a reusing
@@ -593,12 +680,12 @@ class MistralCounter:
 
     def _how_many(self, encode: Callable[[], Sequence[int] | None]) -> int:
         """How many ids ``encode()`` makes, made with the Tekken encode counting only (see
-        ``_fast_encode``)."""
-        self._lengths_only[0] = True
+        ``_Lengths``)."""
+        self._lengths.counting = True
         try:
             return len(encode() or ())
         finally:
-            self._lengths_only[0] = False
+            self._lengths.counting = False
 
     def full_tokens(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> list[int]:
         """mistral-common's own encoding of the whole request (for proofs and tests)."""

@@ -229,12 +229,87 @@ def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
     for s in (text, text * 8):  # the second is long enough to be kept, and is asked for twice
         for bos, eos in ((False, False), (True, True), (False, False)):
             assert ours.encode(s, bos=bos, eos=eos) == own.encode(s, bos=bos, eos=eos)
-        counter._lengths_only[0] = True  # as while counting: ids not shifted, as many
+        counter._lengths.counting = True  # as while counting: ids not shifted, as many
         try:
             assert len(ours.encode(s, bos=True, eos=True)) == len(own.encode(s, bos=True, eos=True))
         finally:
-            counter._lengths_only[0] = False
+            counter._lengths.counting = False
         assert ours.encode(s, bos=False, eos=False) == own.encode(s, bos=False, eos=False)  # the kept ids unchanged
+
+
+_CUT_PARTS = [*_TEKKEN_PARTS, "abc ", "x  y", " a", "\\n", "\\\"", "\"", "é ", "Ab ", "z\u00a0", "aé", "a\u0301 ",
+              "  \n", "a\r\n", "1 ", "a/b ", "ABC d"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_CUT_PARTS), min_size=1, max_size=80))
+def test_tekken_count_is_the_sum_of_its_parts_at_every_cut(parts):
+    """Where a lowercase ASCII letter is followed by a space, Tekken's count of a text is the
+    count of the text before plus the count of the text from there: at every such place of texts
+    made of letters, spaces, newlines, quotes, escapes, digits, accents and other scripts."""
+    import re
+
+    own = _own_tekken().instruct_tokenizer.tokenizer._model
+    text = "".join(parts)
+    whole = len(own.encode_ordinary(text))
+    for m in re.finditer("[a-z](?= )", text):
+        cut = m.end()
+        assert len(own.encode_ordinary(text[:cut])) + len(own.encode_ordinary(text[cut:])) == whole, cut
+
+
+def test_tekken_payload_is_tokenized_once_under_any_envelope():
+    """A long payload met again in another envelope (a retried call's arguments, the same text as
+    a tool result under another call id) is counted from its kept count: only the envelope's head
+    and tail are tokenized again, and each count equals mistral-common's own."""
+    import json as _json
+
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    counter._lengths.audit_every = 1  # every split checked against the whole count too
+    ours = counter._tok.instruct_tokenizer.tokenizer
+    own = _own_tekken().instruct_tokenizer.tokenizer
+    messages, _ = _body(seed=3, chars=40_000)
+    payloads = [m.content for m in messages if m.role == "tool" and len(m.content) > 3000]
+    assert len(payloads) >= 3
+    model = ours._model
+    encoded: list[str] = []
+    encode = model.encode_ordinary
+    model.encode_ordinary = lambda s: encoded.append(s) or encode(s)
+    for payload in payloads:
+        envelopes = [_json.dumps({"content": payload, "call_id": f"id{k:07d}"}, ensure_ascii=False) for k in range(3)]
+        envelopes.append(_json.dumps([{"name": "write_file", "arguments": {"path": "a b.py", "content": payload},
+                                       "id": "abcdefghi"}], ensure_ascii=False))
+        for n, text in enumerate(envelopes):
+            encoded.clear()
+            counter._lengths.counting = True
+            try:
+                got = len(ours.encode(text, bos=False, eos=False))
+            finally:
+                counter._lengths.counting = False
+            assert got == len(own.encode(text, bos=False, eos=False))
+            if n:
+                # the audit tokenizes the whole text once more; besides it, only head and tail
+                assert sum(map(len, encoded)) - len(text) < 400, [len(s) for s in encoded]
+    assert counter._lengths.off == ""
+
+
+def test_tekken_audit_turns_splitting_off_on_a_difference():
+    import json as _json
+
+    counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
+    lengths = counter._lengths
+    lengths.audit_every = 1
+    payload = "the quick brown fox jumps over the lazy dog " * 60
+    first = _json.dumps({"content": payload, "call_id": "aaaaaaaaa"})
+    second = _json.dumps({"content": payload, "call_id": "bbbbbbbbb"})
+    own = _own_tekken().instruct_tokenizer.tokenizer._model
+    assert lengths.count(first) == len(own.encode_ordinary(first))
+    cuts = lengths._payload(second)
+    assert cuts is not None
+    lengths._lengths[second[cuts[0]:cuts[1]]] += 1  # a payload's kept count gone wrong
+    assert lengths.count(second) == len(own.encode_ordinary(second))
+    assert lengths.off and any("tokenizing:" in n for n in counter.notes)
+    third = _json.dumps({"content": payload, "call_id": "ccccccccc"})
+    assert lengths.count(third) == len(own.encode_ordinary(third))
 
 
 def test_mistral_audit_turns_reuse_off_on_a_difference():
@@ -532,7 +607,8 @@ def test_mistral_session_tokenizes_each_text_once():
         users += any(m.role == "user" for m in messages[before:end]) and before > 2
         assert counter.count_prompt(messages[:end], tools) == _mistral_own(messages[:end], tools)
     again = {len(s): n for s, n in encoded.items() if n > 1 and len(s) >= 64}
-    assert users >= 1 and not again and sum(map(len, encoded)) > 50_000
+    text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages[:ends[-1]])
+    assert users >= 1 and not again and text > 50_000
 
 
 def test_mistral_builds_report_the_plan_costs_of_the_messages_they_share_as_reusable():
