@@ -164,6 +164,9 @@ SPLIT_FROM = 1024
 EDGE = 32
 """How many characters without a double quote must lie between a payload's cut and its envelope."""
 
+CANDIDATES = 16
+"""How many cuts from each end of a text are tried for its payload's ends."""
+
 _LETTER_SPACE = re.compile("[a-z](?= )")
 _SPACE_LETTER = re.compile(" (?=[a-z])")
 
@@ -267,14 +270,16 @@ class _Lengths:
     @staticmethod
     def _payload(s: str) -> tuple[int, int] | None:
         """The first and the last cut of ``s`` with ``EDGE`` characters free of ``"`` before the
-        first and after the last, at least a quarter of ``s`` apart; None where there are none."""
+        first and after the last, at least a quarter of ``s`` apart, looked for among the first and
+        the last ``CANDIDATES`` cuts (a text full of quotes, such as JSON data, has too many that
+        fail); None where there are none."""
         limit = len(s) // 2
-        a = next((m.end() for m in _LETTER_SPACE.finditer(s, EDGE - 1, limit)
-                  if '"' not in s[m.end() - EDGE:m.end()]), None)
+        firsts = itertools.islice(_LETTER_SPACE.finditer(s, EDGE - 1, limit), CANDIDATES)
+        a = next((m.end() for m in firsts if '"' not in s[m.end() - EDGE:m.end()]), None)
         if a is None:
             return None
-        r = s[::-1]
-        b = next((len(s) - m.start() - 1 for m in _SPACE_LETTER.finditer(r, EDGE, len(s) - limit)
+        lasts = itertools.islice(_SPACE_LETTER.finditer(s[::-1], EDGE, len(s) - limit), CANDIDATES)
+        b = next((len(s) - m.start() - 1 for m in lasts
                   if '"' not in s[len(s) - m.start() - 1:len(s) - m.start() - 1 + EDGE]), None)
         if b is None or b - a < len(s) // 4:
             return None
