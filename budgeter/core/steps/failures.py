@@ -202,16 +202,25 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
         return call_item, _with_content(result_item, f"{note}\n{error}"), None, shown
     new_call = _stub_call(call_item, f, shown)
     done_by = log.resolved_by.get(ref)
-    if verbatim:
-        note = _failure_note(f, "", count, args_handle, result_item.index, ctx, shown) + "\n" + error
-    elif done_by is not None:
-        note = marker("failed", f.facts.name, count, f"then done by #{done_by}", f"args h={args_handle}")
-    else:
-        note = _failure_note(f, error, count, args_handle, result_item.index, ctx, shown)
-    # the stub stands for the whole failed call (arguments and error): it must be shorter than both
+
+    def stub_note(count: str, aids: bool) -> str:
+        if verbatim:
+            return _failure_note(f, "", count, args_handle, result_item.index, ctx, shown, aids=aids) + "\n" + error
+        if done_by is not None:
+            return marker("failed", f.facts.name, count, f"then done by #{done_by}", f"args h={args_handle}")
+        return _failure_note(f, error, count, args_handle, result_item.index, ctx, shown, aids=aids)
+
+    # The stub stands for the whole failed call (arguments and error): it must be shorter than both.
+    # Where the run's count and the suggested path make it too long, it goes without them: trimming
+    # the prompt again would not find them (the folded attempts are gone, and so may be the pages
+    # written before), and must decide alike.
     before = len(error) + len(original_args if f.facts.value is not None else _arguments(call_item, f))
-    if len(note) + len(_arguments(new_call, f)) >= before:  # nothing shorter: the call as it was
-        return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None, {}
+    stub_args = len(_arguments(new_call, f))
+    note = stub_note(count, True)
+    if len(note) + stub_args >= before:
+        note = stub_note("", False)
+        if len(note) + stub_args >= before:  # nothing shorter: the call as it was
+            return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None, {}
     new_result = _with_content(result_item, note)
     action = None
     if new_call.message != call_item.message or new_result.message != result_item.message:
@@ -228,7 +237,8 @@ def _arguments(item: Item, f: Failure) -> str:
 
 
 def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: int, ctx: Context,
-                  shown: dict[str, str]) -> str:
+                  shown: dict[str, str], *, aids: bool = True) -> str:
+    """The failed call's note. ``aids``: with a path suggested for a write that lost its path."""
     first = " ".join(error.split())[: ctx.policy.stub_keep_error_chars // 2]
     error_handle = ""
     if first != " ".join(error.split()):
@@ -237,7 +247,7 @@ def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: 
     payload = _largest_leaf(f.facts.value) if f.facts.value is not None else ""
     parts = [f.facts.name, count, f'"{first}"' if first else "",
              f"{fmt_chars(len(payload))} {sniff(payload)} elided" if len(payload) > STUB_LEAF_CHARS else ""]
-    if f.facts.op is FileOp.WRITE and not f.facts.path and len(payload) > STUB_LEAF_CHARS:
+    if aids and f.facts.op is FileOp.WRITE and not f.facts.path and len(payload) > STUB_LEAF_CHARS:
         pages = ctx.log.html_pages_before(before)
         parts.append("suggested_path=" + suggest_path(payload, html_pages_seen=pages).path)
     parts.append(f"args h={args_handle}")
