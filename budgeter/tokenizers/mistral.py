@@ -279,8 +279,7 @@ class _Lengths:
         if a is None:
             return None
         lasts = itertools.islice(_SPACE_LETTER.finditer(s[::-1], EDGE, len(s) - limit), CANDIDATES)
-        b = next((len(s) - m.start() - 1 for m in lasts
-                  if '"' not in s[len(s) - m.start() - 1:len(s) - m.start() - 1 + EDGE]), None)
+        b = next((p for p in (len(s) - 1 - m.start() for m in lasts) if '"' not in s[p:p + EDGE]), None)
         if b is None or b - a < len(s) // 4:
             return None
         return a, b

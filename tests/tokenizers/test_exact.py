@@ -261,8 +261,6 @@ def test_tekken_payload_is_tokenized_once_under_any_envelope():
     """A long payload met again in another envelope (a retried call's arguments, the same text as
     a tool result under another call id) is counted from its kept count: only the envelope's head
     and tail are tokenized again, and each count equals mistral-common's own."""
-    import json as _json
-
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     counter._lengths.audit_every = 1  # every split checked against the whole count too
     ours = counter._tok.instruct_tokenizer.tokenizer
@@ -275,8 +273,8 @@ def test_tekken_payload_is_tokenized_once_under_any_envelope():
     encode = model.encode_ordinary
     model.encode_ordinary = lambda s: encoded.append(s) or encode(s)
     for payload in payloads:
-        envelopes = [_json.dumps({"content": payload, "call_id": f"id{k:07d}"}, ensure_ascii=False) for k in range(3)]
-        envelopes.append(_json.dumps([{"name": "write_file", "arguments": {"path": "a b.py", "content": payload},
+        envelopes = [json.dumps({"content": payload, "call_id": f"id{k:07d}"}, ensure_ascii=False) for k in range(3)]
+        envelopes.append(json.dumps([{"name": "write_file", "arguments": {"path": "a b.py", "content": payload},
                                        "id": "abcdefghi"}], ensure_ascii=False))
         for n, text in enumerate(envelopes):
             encoded.clear()
@@ -293,14 +291,12 @@ def test_tekken_payload_is_tokenized_once_under_any_envelope():
 
 
 def test_tekken_audit_turns_splitting_off_on_a_difference():
-    import json as _json
-
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     lengths = counter._lengths
     lengths.audit_every = 1
     payload = "the quick brown fox jumps over the lazy dog " * 60
-    first = _json.dumps({"content": payload, "call_id": "aaaaaaaaa"})
-    second = _json.dumps({"content": payload, "call_id": "bbbbbbbbb"})
+    first = json.dumps({"content": payload, "call_id": "aaaaaaaaa"})
+    second = json.dumps({"content": payload, "call_id": "bbbbbbbbb"})
     own = _own_tekken().instruct_tokenizer.tokenizer._model
     assert lengths.count(first) == len(own.encode_ordinary(first))
     cuts = lengths._payload(second)
@@ -308,7 +304,7 @@ def test_tekken_audit_turns_splitting_off_on_a_difference():
     lengths._lengths[second[cuts[0]:cuts[1]]] += 1  # a payload's kept count gone wrong
     assert lengths.count(second) == len(own.encode_ordinary(second))
     assert lengths.off and any("tokenizing:" in n for n in counter.notes)
-    third = _json.dumps({"content": payload, "call_id": "ccccccccc"})
+    third = json.dumps({"content": payload, "call_id": "ccccccccc"})
     assert lengths.count(third) == len(own.encode_ordinary(third))
 
 
@@ -399,8 +395,8 @@ def test_mistral_walk_resumes_where_the_conversation_changed():
 
 def test_mistral_new_user_turn_counts_only_its_own_messages():
     """Tekken V3's tool-result and assistant encoders ignore whether the message comes before the
-    last user message (both flags encode alike), so a build after a new user message encodes only
-    that message and the last user turn's, and counts what mistral-common's own encoding counts."""
+    last user message (both flags encode alike), so a build after a new user message encodes no
+    tool result or assistant message again, and counts what mistral-common's own encoding counts."""
     tok = _tekken()
     counter = MistralCounter(tok, name="mistral-tekken")
     counter.audit_every = 10**9  # reusing builds only
@@ -431,7 +427,7 @@ def test_mistral_new_user_turn_counts_only_its_own_messages():
     it.encode_assistant_message = lambda *a, **k: calls.append("assistant") or assistant(*a, **k)
     grown = messages[:users[-1] + 1]
     assert counter.count_prompt(grown, tools) == _mistral_own(grown, tools)
-    assert calls == [], calls  # the user message was the only new one; nothing else re-encoded
+    assert calls == [], calls
     assert counter.off == ""
 
 
