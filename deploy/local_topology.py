@@ -29,17 +29,26 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket stays bound until all are chosen (one closed before
+    the next was asked for could be handed out again)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
-def wait_port(port: int, timeout: float = 60.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    """Until ``proc`` listens on ``port``; a process that exits first is reported with the end of
+    its output (``log``) at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log.stem} exited ({proc.returncode}) before listening on {port}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {port}")
 
@@ -71,26 +80,28 @@ def topology(replicas: int = 2) -> Iterator[dict]:
     work = Path(tempfile.mkdtemp(prefix="budgeter-topology-"))
     procs: list[subprocess.Popen] = []
     try:
-        redis_port = free_port()
-        procs.append(subprocess.Popen([redis_bin, "--port", str(redis_port), "--bind", "127.0.0.1",
-                                       "--appendonly", "yes", "--save", "", "--dir", str(work)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(redis_port)
-        ports = [free_port() for _ in range(replicas)]
-        metrics = [free_port() for _ in range(replicas)]
+        redis_port, lb_port, *rest = free_ports(2 + 2 * replicas)
+        ports, metrics = rest[:replicas], rest[replicas:]
+
+        def start(name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+            log = work / f"{name}.out"
+            with log.open("wb") as out:
+                procs.append(subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env))
+            return procs[-1], log
+
+        redis = start("redis", [redis_bin, "--port", str(redis_port), "--bind", "127.0.0.1",
+                                "--appendonly", "yes", "--save", "", "--dir", str(work)])
+        wait_port(redis_port, *redis)
         env = {**os.environ, "BUDGETER_STORE": f"redis://127.0.0.1:{redis_port}/0"}
-        for port, mport in zip(ports, metrics, strict=True):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "budgeter", "serve", "--port", str(port), "--metrics-port", str(mport)],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        lb_port = free_port()
+        servers = [start(f"replica-{i}", [sys.executable, "-m", "budgeter", "serve", "--port", str(port),
+                                          "--metrics-port", str(mport)], env=env)
+                   for i, (port, mport) in enumerate(zip(ports, metrics, strict=True))]
         conf = work / "grpc.conf"
         conf.write_text(nginx_config(ports, lb_port, work))
         subprocess.run([nginx_bin, "-t", "-c", str(conf)], check=True, capture_output=True)
-        procs.append(subprocess.Popen([nginx_bin, "-c", str(conf), "-g", "daemon off;"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for port in [*ports, lb_port]:
-            wait_port(port)
+        lb = start("nginx", [nginx_bin, "-c", str(conf), "-g", "daemon off;"])
+        for port, (proc, log) in zip([*ports, lb_port], [*servers, lb], strict=True):
+            wait_port(port, proc, log)
         yield {"target": f"127.0.0.1:{lb_port}", "replicas": ports, "metrics": metrics,
                "redis": f"redis://127.0.0.1:{redis_port}/0", "log": work / "access.log"}
     finally:
@@ -104,7 +115,9 @@ def topology(replicas: int = 2) -> Iterator[dict]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def smoke(target: str, agents: int = 8, turns: int = 10) -> dict:
+def smoke(target: str, agents: int = 16, turns: int = 5) -> dict:
+    """``agents`` sessions of ``turns`` turns each, at once. 16 sessions: with 8, nginx's hash put
+    every one of them on the same replica of two about once in 128 runs (2 x 2^-8)."""
     sys.path.insert(0, str(HERE.parent))
     from budgeter.affinity import affinity_channel
     from budgeter.client import Client

@@ -178,4 +178,4 @@ def test_local_topology_through_nginx():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "80 turns" in out.stdout and "2 replicas" in out.stdout
     # session affinity: nginx hashed each session's calls onto one replica, and both were used
-    assert "session affinity: 8 of 8 sessions on one replica each, 2 replicas used" in out.stdout
+    assert "session affinity: 16 of 16 sessions on one replica each, 2 replicas used" in out.stdout
