@@ -232,32 +232,31 @@ class _Lengths:
         return getattr(self._model, self._plain)(s)  # type: ignore[no-any-return]
 
     def count(self, s: str) -> int:
+        """How many ids ``s`` encodes to, kept by text; a long text counted in parts."""
+        return self._kept(s, split=len(s) >= SPLIT_FROM and not self.off)
+
+    def _kept(self, s: str, *, split: bool = False) -> int:
         n = self._lengths.get(s)
         if n is None:
-            cuts = self._payload(s) if len(s) >= SPLIT_FROM and not self.off else None
-            if cuts is None:
-                n = len(self._ids(s))
-            else:
-                a, b = cuts
-                n = self._kept(s[:a]) + self._kept(s[a:b]) + self._kept(s[b:])
-                self._splits += 1
-                if self._splits % self.audit_every == 0:
-                    whole = len(self._ids(s))
-                    if whole != n:
-                        self.off = "a text counted in parts differed from its count whole: texts are counted whole"
-                        log.warning("budgeter: Tekken: %s (%d against %d)", self.off, n, whole)
-                        self._lengths.clear()
-                        self._held = 0
-                        n = whole
+            cuts = self._payload(s) if split else None
+            n = len(self._ids(s)) if cuts is None else self._in_parts(s, *cuts)
             self._keep(s, n)
         return n
 
-    def _kept(self, s: str) -> int:
-        n = self._lengths.get(s)
-        if n is None:
-            n = len(self._ids(s))
-            self._keep(s, n)
-        return n
+    def _in_parts(self, s: str, a: int, b: int) -> int:
+        """``s``'s count as its head's, payload's and tail's (each kept); every ``audit_every``-th
+        one also counted whole, and a difference turns splitting off."""
+        n = self._kept(s[:a]) + self._kept(s[a:b]) + self._kept(s[b:])
+        self._splits += 1
+        if self._splits % self.audit_every:
+            return n
+        whole = len(self._ids(s))
+        if whole != n:
+            self.off = "a text counted in parts differed from its count whole: texts are counted whole"
+            log.warning("budgeter: Tekken: %s (%d against %d)", self.off, n, whole)
+            self._lengths.clear()
+            self._held = 0
+        return whole
 
     def _keep(self, s: str, n: int) -> None:
         if len(s) >= 64:  # (a shorter text tokenizes about as fast as it is looked up)
