@@ -11,7 +11,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from budgeter.core.jsonargs import dumps_text
+from budgeter.core.jsonargs import dumps_compact
 from budgeter.core.messages import Message, from_openai, to_openai
 from budgeter.v1 import budgeter_pb2 as pb
 
@@ -62,7 +62,7 @@ class _Memo:
         if out is None:
             if len(self.json) >= self.limit:
                 self.json = {}
-            out = self.json[m] = dumps_text(to_openai(m))
+            out = self.json[m] = dumps_compact(to_openai(m))  # orjson: ~1 against ~7 us a message
         return out
 
 

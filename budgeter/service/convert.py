@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.guards import CallVerdict
-from budgeter.core.jsonargs import dumps_text
+from budgeter.core.jsonargs import dumps_compact, dumps_text
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
@@ -119,11 +119,11 @@ def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
 
 
 def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
-    """``{"messages": [...], "tools": [...]}`` as JSON, joined from memoized message texts (no
+    """``{"messages":[...],"tools":[...]}`` as compact JSON, joined from memoized message texts (no
     ``tools`` key when ``tools`` is empty)."""
-    out = '{"messages": [' + ", ".join(_memo.text(m) for m in messages) + "]"
+    out = '{"messages":[' + ",".join([_memo.text(m) for m in messages]) + "]"
     if tools:
-        out += ', "tools": ' + dumps_text(list(tools))
+        out += ',"tools":' + dumps_compact(list(tools))
     return out + "}"
 
 
