@@ -43,7 +43,7 @@ class FileOp(StrEnum):
 _ERROR_PREFIX = re.compile(
     r"^\s*(error|rejected|failed|failure|exception|fatal|permission denied)\b", re.I
 )
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+_TRACEBACK = "Traceback (most recent call last):"
 _EXIT = re.compile(r"(exit code|exit status|exited with code|returncode)\s*[:=]?\s*(-?\d+)")
 """Matched against the lowered text: a case-insensitive scan of 20 KB cost ~0.2 ms a result."""
 
@@ -51,10 +51,11 @@ _EXIT = re.compile(r"(exit code|exit status|exited with code|returncode)\s*[:=]?
 def result_status(text: str, *, declared: str | None = None) -> ResultStatus:
     if declared:
         return ResultStatus.ERROR if declared == "error" else ResultStatus.OK
-    if _ERROR_PREFIX.match(text) or _TRACEBACK.search(text[:20000]):
+    if _ERROR_PREFIX.match(text) or text.find(_TRACEBACK, 0, 20000) >= 0:
         return ResultStatus.ERROR
-    if any(int(m.group(2)) != 0 for m in _EXIT.finditer(text[:20000].lower())):
-        return ResultStatus.ERROR
+    low = text[:20000].lower()
+    if ("exit" in low or "returncode" in low) and any(int(m.group(2)) != 0 for m in _EXIT.finditer(low)):
+        return ResultStatus.ERROR  # (the substring tests first: ~9 against ~19 us a 2.5 KB result)
     if text.lstrip().startswith("{") and _json_error(text):
         return ResultStatus.ERROR
     return ResultStatus.OK

@@ -165,3 +165,15 @@ def test_quick_path_is_taken_and_changes_no_problem():
 
     agree()
     assert all(n >= 20 for n in quick), quick  # each schema's quick path was exercised
+
+
+def test_result_status_reads_errors_anywhere_in_the_first_20k_chars():
+    from budgeter.core.classify import ResultStatus, result_status
+
+    pad = "line of output\n" * 100
+    for text in (pad + "Traceback (most recent call last):\n  File x", pad + "Process EXITED WITH CODE 2",
+                 pad + "returncode=-9", "Error: no such file", '{"ok": false}', pad + "exit status: 1"):
+        assert result_status(text) is ResultStatus.ERROR, text[-40:]
+    for text in (pad + "exit code 0", pad + "exit the loop", pad, "x" * 20_000 + "Traceback (most recent call last):",
+                 "returncode: 0 and exit code: 0"):
+        assert result_status(text) is ResultStatus.OK, text[-40:]
