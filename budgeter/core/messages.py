@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgeter.core.jsonargs import loads
 from budgeter.errors import InvalidMessage
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -171,5 +172,5 @@ def to_template(m: Message) -> dict[str, Any]:
     for call in out.get("tool_calls", ()):
         fn = call["function"]
         with contextlib.suppress(ValueError, RecursionError):  # unparseable: rendered as given
-            fn["arguments"] = json.loads(fn["arguments"])
+            fn["arguments"] = loads(fn["arguments"])
     return out

@@ -94,3 +94,17 @@ def test_markers_are_detected():
     text = 'ok ⟦budgeter:elided 7,146 chars html h=0123456789abcdef⟧ end'
     assert contains_marker(text) and find_markers(text)
     assert not contains_marker("[elided] plain text")
+
+
+@pytest.mark.parametrize("text", [
+    '{"seed": 18446744073709551616}', '{"a": [1, {"b": -9223372036854775809}]}',
+    '{"n": 123456789012345678901234567890}', '{"x": 18446744073709551615, "y": -9223372036854775808}',
+    '{"x": 1e19, "y": 1e400, "z": 0.5}', '{"s": "\\ud800"}', '[1, "2", null]'])
+def test_loads_reads_what_the_standard_library_reads(text):
+    """orjson reads an integer past 64 bits as the nearest float without a word; ``loads`` must
+    not: a proxied body or a tool's schema would lose digits."""
+    from budgeter.core.jsonargs import loads, loads_object
+
+    assert repr(loads(text)) == repr(json.loads(text))
+    if text.startswith("{"):
+        assert repr(loads_object(text)) == repr(json.loads(text))
