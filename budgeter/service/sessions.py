@@ -157,7 +157,7 @@ class Sessions:
         def store_append(fp: str) -> AppendOutcome:
             return self.store.append(
                 info.id, records, incarnation=info.record.incarnation, request_id=request_id,
-                fingerprint=fp, result=dumps_text(results), expected_version=expected)
+                fingerprint=fp, result=dumps_compact(results), expected_version=expected)
 
         try:
             outcome = store_append(fingerprint(texts))
