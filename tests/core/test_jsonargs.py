@@ -108,3 +108,27 @@ def test_loads_reads_what_the_standard_library_reads(text):
     assert repr(loads(text)) == repr(json.loads(text))
     if text.startswith("{"):
         assert repr(loads_object(text)) == repr(json.loads(text))
+
+
+_ANY_CHAR = st.characters(codec=None, categories=None)  # surrogates, controls, U+2028, astral: all
+_PLAIN_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(_ANY_CHAR),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(_ANY_CHAR), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(_PLAIN_JSON)
+def test_dumps_is_the_standard_librarys_text_whichever_way_it_goes(value):
+    """``dumps`` goes through orjson where a value holds no float: its text must be the canonical
+    text the standard library makes (prompts and handles depend on it), surrogates and 64-bit
+    overflow included (those fall back)."""
+    from budgeter.core.jsonargs import dumps, escape_surrogates
+
+    assert dumps(value) == escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def test_dumps_leaves_floats_and_other_types_to_the_standard_library():
+    from budgeter.core.jsonargs import dumps
+
+    assert dumps({"a": [1e16, 0.1, -0.0]}) == '{"a":[1e+16,0.1,-0.0]}'
+    assert dumps({1: "x", "t": (1, 2)}) == '{"1":"x","t":[1,2]}'
