@@ -20,6 +20,7 @@ from budgeter.core import incremental
 from budgeter.core.frames import Frames
 from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, has_surrogate
+from budgeter.core.memo import same_objects
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
@@ -209,9 +210,15 @@ class TemplateCounter:
             d = self._dicts[m] = to_template(m)
         return d
 
-    def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+    def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
+                 memo: incremental.RenderMemo | None = None
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
-        dicts = [self._template_dict(m) for m in messages]
+        if memo is None:
+            dicts = [self._template_dict(m) for m in messages]
+        else:  # the dicts of the messages the session's previous build shared, by identity
+            n = same_objects(memo.source, messages)
+            dicts = memo.source_dicts[:n] + [self._template_dict(m) for m in messages[n:]]
+            memo.source, memo.source_dicts = list(messages), dicts
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
@@ -230,7 +237,7 @@ class TemplateCounter:
         if memo is None:
             text = self.render(messages, tools)
             return self.pieces.count(text), text
-        dicts, schemas = self._adapted(messages, tools)
+        dicts, schemas = self._adapted(messages, tools, memo)
         listed = list(schemas) or None
 
         def render(part: list[dict[str, Any]], gen: bool) -> str:

@@ -9,8 +9,10 @@ lives; when the memo is full it is cleared and answers are made again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+import itertools
+import operator
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -43,3 +45,41 @@ class IdentityMemo:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+LOOKBACK = 8
+"""How far from a list's end the last item of the list it extends is looked for."""
+
+W = TypeVar("W")
+
+
+def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items of two sequences are the same objects (compared in C)."""
+    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
+
+
+class Walks(Generic[W]):
+    """Recent walks over lists, by the identity of each list's last item: a build's request
+    extends an earlier one of the same conversation and holds that one's last message a few
+    places from its end. (Conversations of one agent often begin alike, the same system prompt and
+    first messages converted once, so their first messages tell them apart less well.) The lists
+    are kept with the walks, so an id stays its own while its walk is held."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._items: dict[int, tuple[list[Any], W]] = {}
+        self._limit = limit
+
+    def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
+        """The walk of the list ``items`` extends, and how many first items the two share (by
+        identity); ``(None, 0)`` if none is held."""
+        for item in reversed(items[-LOOKBACK:]):
+            hit = self._items.get(id(item))
+            if hit is not None:
+                inputs, walk = hit
+                return walk, same_objects(inputs, items)
+        return None, 0
+
+    def keep(self, items: Sequence[Any], walk: W) -> None:
+        if len(self._items) >= self._limit:
+            self._items.clear()
+        self._items[id(items[-1])] = (list(items), walk)

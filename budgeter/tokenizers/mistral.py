@@ -9,7 +9,7 @@ A build also reuses what mistral-common made of each message on earlier builds: 
 message (per ``Message``), and the normalizer's output for each run of same-role messages (keyed
 by the converted messages it was given, which persist between builds). Each message's own checks
 run once; the checks of the request's structure, the normalizer's walk and the count resume where
-the request stops sharing messages with the conversation's previous one (``_Walks``). Every
+the request stops sharing messages with the conversation's previous one (``Walks``). Every
 ``audit_every``-th count is also made the plain way and compared; a difference turns the reuse
 off for the profile.
 A message's own cost is its encoding in a request that holds it alone, the way the newest message
@@ -24,14 +24,13 @@ import contextlib
 import hashlib
 import itertools
 import logging
-import operator
 import re
 import string
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from budgeter.core.memo import IdentityMemo
+from budgeter.core.memo import IdentityMemo, Walks
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
@@ -112,7 +111,7 @@ def _resume_checks(validator: Any, on: Callable[[], bool]) -> Any:
     from mistral_common.protocol.instruct.messages import Roles
     from mistral_common.protocol.instruct.validator import MistralRequestValidator as Base
 
-    passed: _Walks[None] = _Walks()
+    passed: Walks[None] = Walks()
     resume: list[tuple[Any, int]] = []  # (the list being validated, its messages shared with a passed one)
 
     def before_last_assistant(shared: int, messages: Any) -> int:
@@ -284,44 +283,6 @@ class _Lengths:
         return a, b
 
 
-LOOKBACK = 8
-"""How far from a list's end the last item of the list it extends is looked for."""
-
-W = TypeVar("W")
-
-
-def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """How many leading items of two sequences are the same objects (compared in C)."""
-    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
-
-
-class _Walks(Generic[W]):
-    """Recent walks over lists, by the identity of each list's last item: a build's request
-    extends an earlier one of the same conversation and holds that one's last message a few
-    places from its end. (Conversations of one agent often begin alike, the same system prompt and
-    first messages converted once, so their first messages tell them apart less well.) The lists
-    are kept with the walks, so an id stays its own while its walk is held."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self._items: dict[int, tuple[list[Any], W]] = {}
-        self._limit = limit
-
-    def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
-        """The walk of the list ``items`` extends, and how many first items the two share (by
-        identity); ``(None, 0)`` if none is held."""
-        for item in reversed(items[-LOOKBACK:]):
-            hit = self._items.get(id(item))
-            if hit is not None:
-                inputs, walk = hit
-                return walk, _same_objects(inputs, items)
-        return None, 0
-
-    def keep(self, items: Sequence[Any], walk: W) -> None:
-        if len(self._items) >= self._limit:
-            self._items.clear()
-        self._items[id(items[-1])] = (list(items), walk)
-
-
 class _RunMemo:
     """The normalizer's output for a run of same-role messages (for tool results, under
     mistral-common's own normalization, for each result by itself), by the identity of the converted
@@ -339,7 +300,7 @@ class _RunMemo:
         walk is neither resumed nor kept: the conversation's next build resumes its own).
         Both are set only inside ``reusing``."""
         self._runs = IdentityMemo(limit=50_000)
-        self._walks: _Walks[_Walk] = _Walks()
+        self._walks: Walks[_Walk] = Walks()
         self._normalizer = normalizer
         self._empty_user: Any = None
         aggregate = normalizer._aggregate_role
@@ -493,7 +454,7 @@ class MistralCounter:
         self._memo: dict[tuple[Any, ...], int] = {}
         self._same = IdentityMemo(limit=200_000)
         """A normalized message's count under its flags, by the message's identity (reuse only)."""
-        self._counted_walks: _Walks[_Counted] = _Walks()
+        self._counted_walks: Walks[_Counted] = Walks()
         """Recent counts of reusing builds, resumed by the builds that extend them."""
         self._costs: dict[Message, int] = {}
         self._finetuning: Any = None
@@ -501,7 +462,7 @@ class MistralCounter:
         self._tools_json = IdentityMemo(limit=64)
         self._memoized(tokenizer._chat_completion_request_validator)
         self._converted: dict[Message, Any] = {}
-        self._conversions: _Walks[list[Any]] = _Walks()
+        self._conversions: Walks[list[Any]] = Walks()
         """Reusing builds' converted message lists, extended by the builds that share their start."""
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
