@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -81,15 +82,24 @@ def loads(text: str | bytes) -> Any:
 def _wide_float(value: Any) -> bool:
     """Whether ``value`` holds a whole float outside the 64-bit integers (what orjson makes of
     such an integer; a float written so in the text is read again alike)."""
+    return _any_leaf(value, _is_wide_float)
+
+
+def _is_wide_float(x: Any) -> bool:
+    return type(x) is float and not -9223372036854775808.0 < x < 18446744073709551616.0 and x.is_integer()
+
+
+def _any_leaf(value: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether ``test`` holds for a value inside ``value`` that is not a dict, list or tuple."""
     stack = [value]
     while stack:
         x = stack.pop()
         kind = type(x)
         if kind is dict:
             stack.extend(x.values())
-        elif kind is list:
+        elif kind is list or kind is tuple:
             stack.extend(x)
-        elif kind is float and not -9223372036854775808.0 < x < 18446744073709551616.0 and x.is_integer():
+        elif test(x):
             return True
     return False
 
@@ -141,19 +151,13 @@ def dumps(value: Any) -> str:
 
 
 def _holds_float(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        x = stack.pop()
-        kind = type(x)
-        if kind is dict:
-            stack.extend(x.values())
-        elif kind is list or kind is tuple:
-            stack.extend(x)
-        elif kind is float or (kind is not str and kind is not int and kind is not bool and x is not None):
-            return True  # a float, or a type whose text only the standard library decides
-    return False
+    return _any_leaf(value, _not_plain)
 
 
+def _not_plain(x: Any) -> bool:
+    """A float, or a type whose text only the standard library decides."""
+    kind = type(x)
+    return kind is not str and kind is not int and kind is not bool and x is not None
 
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
