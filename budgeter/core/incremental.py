@@ -239,7 +239,8 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
         return None
     cut = memo.anchors[at]
-    text = memo.text[:cut] + whole
+    text = memo.text[:cut]
+    text += whole  # the slice has no other reference: CPython resizes it instead of copying both (~20 against ~30 us)
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
     known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
     begin = start(memo.text, same, known)  # the same piece start in both texts
