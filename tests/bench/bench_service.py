@@ -15,8 +15,8 @@ per call (wall and thread CPU, measured around the servicer method). Every ``CHE
 prompt and each session's last are kept, and after the timings their counts are checked against a
 fresh count of the whole prompt (the profile's tokenizer over its template's render of the whole
 list, or mistral-common's own encoding): a difference is printed and the run exits 1. The server
-settles first, as
-``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``). ``qwen3``/``llama3`` are the
+settles first, as ``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``).
+``qwen3``/``llama3`` are the
 ../shared model folders; ``gemma3`` is a model folder written from the Gemma 3 270M GGUF package
 (its vocabulary) with Gemma 3's published template.
 """
