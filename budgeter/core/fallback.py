@@ -170,12 +170,12 @@ def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo, held: _Adapt
     lists do not share (the next run starts inside what they share) are kept as they were."""
     out: list[dict[str, Any]] = []
     starts: list[int] = []
+    i = 0  # where merging starts again
     if held is not None and held.starts:
         same = same_objects(held.placed, messages)
         keep = bisect.bisect_left(held.starts, same) - 1  # runs whose successor starts before `same`
         if keep > 0:
-            out, starts = held.out[:keep], held.starts[:keep]
-    i = held.starts[len(starts)] if starts and held is not None else 0
+            out, starts, i = held.out[:keep], held.starts[:keep], held.starts[keep]
     n = len(messages)
     while i < n:
         role, j = messages[i]["role"], i + 1

@@ -28,11 +28,12 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from budgeter.client import Client
-from budgeter.core.messages import from_openai_list
+from budgeter.core.messages import Message, from_openai_list
 from budgeter.service.profiles import settle
 from budgeter.service.server import create_server
 from budgeter.settings import Settings
@@ -123,12 +124,11 @@ def profile_spec(name: str, tmp: str) -> str | None:
 CHECK_EVERY = 8
 
 
-def fresh_count(counter: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+def fresh_count(counter: Any, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> int:
     """The tokens of a whole prompt counted afresh: no piece cache, window or memo."""
-    ms = from_openai_list(messages)
     if hasattr(counter, "full_tokens"):  # mistral-common encodes the request itself
-        return len(counter.full_tokens(ms, tools))
-    return len(counter.pieces.tokenizer.encode_full(counter.render(ms, tools)))
+        return len(counter.full_tokens(messages, tools))
+    return len(counter.pieces.tokenizer.encode_full(counter.render(messages, tools)))
 
 
 def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False) -> bool:
@@ -186,7 +186,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
             for name, prompts in kept.items():
                 counter = profiles.counter(profiles.name(name))
                 for messages, tools, tokens in prompts:
-                    fresh = fresh_count(counter, messages, tools)
+                    fresh = fresh_count(counter, from_openai_list(messages), tools)
                     if fresh != tokens:
                         wrong[name] += 1
                         print(f"  {name}: a prompt of {len(messages)} messages reported {tokens} tokens; "

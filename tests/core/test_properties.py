@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from budgeter.core import Policy, trim
 from budgeter.core.messages import from_openai_list, to_openai
+from tests.bench.bench_service import fresh_count
 
 TEXT = st.lists(st.sampled_from(list("abc xyz{}\"\\:\n上下文🎉<>/=") + ["def ", "error"]),
                 max_size=120).map("".join)
@@ -44,10 +45,7 @@ def _check(counter, raw, window):
     result = trim(messages, counter=counter, policy=policy)
     out = result.messages
     # fits, by a fresh exact count of the returned prompt
-    if hasattr(counter, "full_tokens"):  # mistral-common encodes the request itself
-        fresh = len(counter.full_tokens(out, []))
-    else:
-        fresh = len(counter.pieces.tokenizer.encode_full(counter.render(out, [])))
+    fresh = fresh_count(counter, out, [])
     assert result.tokens == fresh <= policy.budget
     # every result follows its call, every call has its result
     open_ids: list[str] = []
