@@ -369,7 +369,7 @@ class _RunMemo:
         weight: Any = None
         for index in range(start, len(messages)):
             message = messages[index]
-            new_weight = getattr(message, "weight", None)
+            new_weight = getattr(message, "weight", None) if _weighted(type(message)) else None
             if role != message.role or new_weight != weight:
                 if run:
                     out.extend(normalizer._aggregate_role(run, role, call_ids))
@@ -392,6 +392,24 @@ class _RunMemo:
         else:
             out = list(out)
         return out
+
+
+_WEIGHTED: dict[type, bool] = {}
+
+
+def _weighted(kind: type) -> bool:
+    """Whether messages of ``kind`` may carry a ``weight``: a field of its, an extra attribute
+    where its model allows extras, or any attribute of a class that is not a pydantic model. The
+    normalizer reads each message's weight with ``getattr(message, "weight", None)``; on a
+    pydantic model without the field that raises and catches an AttributeError inside pydantic's
+    ``__getattr__``, the costliest step of its walk (a third of it)."""
+    known = _WEIGHTED.get(kind)
+    if known is None:
+        fields = getattr(kind, "model_fields", None)
+        extra = getattr(kind, "model_config", {}).get("extra")
+        known = _WEIGHTED[kind] = (not isinstance(fields, dict) or "weight" in fields or hasattr(kind, "weight")
+                                   or extra == "allow")
+    return known
 
 
 class _Blank:

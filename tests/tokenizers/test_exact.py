@@ -393,6 +393,30 @@ def test_mistral_walk_resumes_where_the_conversation_changed():
     assert counter.off == ""
 
 
+def test_mistral_walk_reads_a_weight_only_where_a_message_can_carry_one():
+    """The resumed normalizer walk skips ``getattr(message, "weight")`` for message classes that
+    cannot hold one (mistral-common's own), and reads it for any class that can: a model with a
+    ``weight`` field, a model that allows extra attributes, or a class that is not a model."""
+    from mistral_common.protocol.instruct import messages as mm
+    from pydantic import ConfigDict
+
+    from budgeter.tokenizers.mistral import _weighted
+
+    assert not any(_weighted(k) for k in (mm.UserMessage, mm.AssistantMessage, mm.ToolMessage, mm.SystemMessage))
+
+    class Weighted(mm.AssistantMessage):
+        weight: float | None = None
+
+    class Extras(mm.UserMessage):
+        model_config = ConfigDict(extra="allow")
+
+    class Plain:
+        role = "user"
+
+    assert _weighted(Weighted) and _weighted(Extras) and _weighted(Plain)
+    assert Weighted(content="a", weight=0.0).weight == 0.0
+
+
 def test_mistral_new_user_turn_counts_only_its_own_messages():
     """Tekken V3's tool-result and assistant encoders ignore whether the message comes before the
     last user message (both flags encode alike), so a build after a new user message encodes no
