@@ -17,6 +17,7 @@ and tokenizes the whole history every turn, from 10K to 1M chars of history.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import tempfile
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from budgeter.client import Client
+from budgeter.client import AsyncClient, Client
 from tests.bench.bench_service import turns
 from tests.bench.sessions import make_session
 from tests.redis_server import RedisServer, free_port, redis_binary
@@ -70,7 +71,7 @@ def round_trips(metrics_port: int) -> float:
 
 
 def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int,
-              one_call: bool = False, floor: bool = False, pin: bool = False) -> None:
+              one_call: bool = False, floor: bool = False, pin: bool = False, aio: bool = False) -> None:
     redis_server = None
     store_args: list[str] = []
     tmp = tempfile.mkdtemp(prefix="budgeter-load-")
@@ -119,11 +120,50 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                     times["append"].append((t1 - t0) * 1000)
                     times["build"].append((t2 - t1) * 1000)
 
+        async def async_agents() -> None:
+            """The same agents as ``concurrency`` asyncio tasks over ``AsyncClient`` (grpc.aio):
+            one thread, as an asyncio agent runtime holds its sessions."""
+            aclients = [AsyncClient(r.target, timeout=60) for r in replicas]
+            queue = list(range(len(bodies)))[::-1]
+
+            async def worker() -> None:
+                while queue:
+                    k = queue.pop()
+                    client = aclients[k % len(aclients)]
+                    session = await client.create_session(tools=bodies[k]["tools"], window=window)
+                    prompt = None
+                    for turn in turns(bodies[k]["messages"]):
+                        t0 = time.perf_counter()
+                        if floor:
+                            await client.get_session(session.id)
+                            times["build"].append((time.perf_counter() - t0) * 1000)
+                            continue
+                        if one_call:
+                            t1 = t0
+                            prompt = await session.prompt(append=turn, since=prompt)
+                        else:
+                            await session.append(turn)
+                            t1 = time.perf_counter()
+                            prompt = await session.prompt()
+                        t2 = time.perf_counter()
+                        assert prompt.tokens <= prompt.budget
+                        times["append"].append((t1 - t0) * 1000)
+                        times["build"].append((t2 - t1) * 1000)
+
+            try:
+                await asyncio.gather(*(worker() for _ in range(concurrency)))
+            finally:
+                for c in aclients:
+                    await c.close()
+
         redis_pid = redis_server.proc.pid if redis_server and redis_server.proc else None
         redis_cpu0 = cpu_seconds(redis_pid) if redis_pid else 0.0
         started, client_cpu0 = time.perf_counter(), time.process_time()
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(agent, range(len(bodies))))
+        if aio:
+            asyncio.run(async_agents())
+        else:
+            with ThreadPoolExecutor(concurrency) as pool:
+                list(pool.map(agent, range(len(bodies))))
         seconds = time.perf_counter() - started
         client_cpu = time.process_time() - client_cpu0
         redis_cpu = cpu_seconds(redis_pid) - redis_cpu0 if redis_pid else 0.0
@@ -133,7 +173,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
               f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else "")
               + (" (floor: GetSession calls, no engine work)" if floor else "")
-              + (" (replicas pinned, one core each)" if pin else ""))
+              + (" (replicas pinned, one core each)" if pin else "")
+              + (" (agents: asyncio tasks over AsyncClient)" if aio else ""))
         for k in ("build",) if one_call or floor else ("append", "build"):
             v = times[k]
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
@@ -215,6 +256,8 @@ def main() -> None:
                     help="each turn is one prompt(append=..., since=previous prompt) call")
     ap.add_argument("--floor", action="store_true", help="each turn is one GetSession call (no engine work)")
     ap.add_argument("--pin", action="store_true", help="each replica on its own core (budgeter serve --cpus)")
+    ap.add_argument("--aio", action="store_true",
+                    help="agents as asyncio tasks over AsyncClient in one thread (default: a thread each, Client)")
     args = ap.parse_args()
     if args.growth:
         growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
@@ -222,7 +265,7 @@ def main() -> None:
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     for name in args.setups.split(","):
         run_setup(name, bodies, concurrency=args.concurrency, window=args.window, one_call=args.one_call,
-                  floor=args.floor, pin=args.pin)
+                  floor=args.floor, pin=args.pin, aio=args.aio)
 
 
 if __name__ == "__main__":
