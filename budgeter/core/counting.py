@@ -64,8 +64,9 @@ class PieceCounter:
         a server must read again when the text changes there). ``mark``: a piece start at or
         before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
         ``RenderMemo``); only the text between the mark and ``chars`` is scanned, and the tokens
-        before the piece are taken off the mark's count. Otherwise only the suffix is split; its
-        pieces are cached from counting ``text``."""
+        before the piece are taken off the mark's count, or the suffix is split where it is the
+        shorter. Otherwise only the suffix is split; its pieces are cached from counting
+        ``text``."""
         if chars >= len(text):
             return 0
         if self._special is None:
@@ -73,6 +74,8 @@ class PieceCounter:
         if mark is not None and 0 <= mark[0] <= chars:
             begin, tokens = mark
             start = self.piece_start(text, chars, known=begin)
+            if start - begin > len(text) - start:  # the suffix is the shorter text to split
+                return self.count(text[start:])
             return tokens - self.count(text[begin:start]) if start > begin else tokens
         return self.count(text[self.piece_start(text, chars):])
 
