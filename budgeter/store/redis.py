@@ -142,6 +142,16 @@ class RedisStore:
         except redis.RedisError as exc:
             raise StoreUnavailable(f"Redis error: {exc}", metadata={"store": "redis"}) from exc
 
+    def _script(self, script: Any, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """``script(keys=..., args=...)`` as one EVALSHA (loaded again where Redis lost it), without
+        ``Script.__call__``'s per-call import and pipeline check: 62 against 80 us of CPU a call
+        here, on the append every turn."""
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            script.sha = self.client.script_load(script.script)
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+
     @staticmethod
     def _not_found(session_id: str) -> SessionNotFound:
         return SessionNotFound(f"session {session_id!r} does not exist", metadata={"session": session_id})
@@ -160,7 +170,7 @@ class RedisStore:
     def create(self, record: SessionRecord) -> None:
         k = self.keys(record.id)
         with self._guard(trips=2):  # the script, then the index pipeline
-            made = self._create(keys=[k["meta"], k["msgs"], k["pay"], k["events"]],
+            made = self._script(self._create, keys=[k["meta"], k["msgs"], k["pay"], k["events"]],
                                 args=[record.incarnation, record.config, repr(record.created),
                                       repr(record.ttl or 0)])
             if not made:
@@ -227,7 +237,7 @@ class RedisStore:
                 "" if expected_version is None else str(expected_version), result,
                 str(self._idem_ms), *records]
         with self._guard():
-            reply = self._append(keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]], args=args)
+            reply = self._script(self._append, keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]], args=args)
             status = reply[0].decode()
             if status == "OK" and float(reply[3]) > 0:
                 self.round_trips += 1
@@ -261,7 +271,7 @@ class RedisStore:
     def add_event(self, session_id: str, event: str) -> int:
         k = self.keys(session_id)
         with self._guard():
-            index = int(self._event(keys=[k["meta"], k["events"]], args=[event]))
+            index = int(self._script(self._event, keys=[k["meta"], k["events"]], args=[event]))
         if index < 0:
             raise self._not_found(session_id)
         return index
@@ -283,7 +293,7 @@ class RedisStore:
         k = self.keys(session_id)
         flat = [x for pair in payloads.items() for x in pair]
         with self._guard():
-            if not self._put(keys=[k["meta"], k["pay"]], args=["", *flat]):
+            if not self._script(self._put, keys=[k["meta"], k["pay"]], args=["", *flat]):
                 raise self._not_found(session_id)
 
     def get_payload(self, session_id: str, handle: str) -> str:

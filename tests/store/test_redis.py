@@ -23,6 +23,21 @@ def test_every_key_of_a_session_shares_one_slot(redis_url):
     store.close()
 
 
+def test_scripts_flushed_from_redis_are_loaded_again(private_redis):
+    """Redis forgets its scripts on a restart or SCRIPT FLUSH; every scripted write then loads
+    its script again and goes through."""
+    store = open_store(private_redis.url)
+    rec = SessionRecord("s", uuid.uuid4().hex, "{}", time.time())
+    store.client.script_flush()
+    store.create(rec)
+    store.client.script_flush()
+    out = store.append("s", ["x"], incarnation=rec.incarnation, request_id="r", fingerprint="f", result="")
+    store.client.script_flush()
+    store.put_payloads("s", {"h1": "payload"})
+    store.client.script_flush()
+    assert store.add_event("s", "{}") == 0
+    assert out.version == 1 and store.read("s")[1] == ["x"] and store.get_payload("s", "h1") == "payload"
+    store.close()
 
 
 def test_outage_gives_unavailable_and_recovers(private_redis):
