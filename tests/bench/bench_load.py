@@ -4,6 +4,7 @@
     python -m tests.bench.bench_load --growth       # per-turn cost against history length
     python -m tests.bench.bench_load --setups redis2 --floor   # the same calls, no engine work
     python -m tests.bench.bench_load --setups redis2 --one-call --pin   # each replica on its own core
+    python -m tests.bench.bench_load --setups redis2 --one-call --aio   # the agents as asyncio tasks
 
 Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
 a private redis-server with AOF (everysec). Reported: turns/s, p50/p99/max per RPC, server CPU

@@ -3,13 +3,19 @@ per turn, without gRPC or a client in the same process. Made to be sampled by a 
 
     python -m tests.bench.bench_turns [--profile qwen3.6] [--repeat 4] [--cold 64]
     py-spy record -f raw -o turns.txt -- python -m tests.bench.bench_turns --repeat 12
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
+        python -m tests.bench.bench_turns --profile gemma3 --sessions 2 --callgrind
 
 Each turn appends the assistant message with its tool results (or a user message) to a memory
 store session and builds the prompt, then converts it as ``BuildPrompt`` would for a client that
-holds the previous prompt (``known_prompt``). Sessions: ``3 x repeat`` generated coding sessions
+holds the previous prompt (``known_prompt``). Sessions: ``3 x repeat`` (or ``--sessions``) generated coding sessions
 of 300K chars at a 32K window, as ``bench_service`` replays them, each of them new (a session
 replayed twice would find its pieces tokenized and its messages' template dicts made already).
 The turns run inside ``turn_loop``, so a profile can keep only the samples under it.
+
+``--callgrind``: the run's instructions, as Callgrind counts them, are the turns' alone (the
+instrumentation is switched on once the profile is loaded, the warm-up done and the sessions
+made): a figure that the machine's speed does not move, to compare two versions of the code.
 
 ``--cold MB``: before each turn (outside its timing), write over MB megabytes of memory, so the
 turn starts with the caches a replica under load finds: the other processes on the same cores (the
@@ -21,7 +27,9 @@ left them, which no loaded replica sees.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -70,6 +78,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--cold", type=int, default=0, metavar="MB",
                     help="write over MB megabytes before each turn (the caches a loaded replica finds)")
+    ap.add_argument("--sessions", type=int, default=0, help="how many sessions (default: 3 x repeat)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="under valgrind --tool=callgrind --instr-atstart=no: count the turns' instructions only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = profile_spec(args.profile, tmp)
@@ -79,7 +90,11 @@ def main() -> None:
         settle(profiles, [args.profile])  # loaded and warmed, then gc.freeze, as `budgeter serve` does
         sessions = Sessions(open_store("memory://"), profiles)
         turn_loop(sessions, args.profile, [make_session(1000, chars=300_000)])  # warm-up
-        bodies = [make_session(seed, chars=300_000) for seed in range(3 * args.repeat)]
+        bodies = [make_session(seed, chars=300_000) for seed in range(args.sessions or 3 * args.repeat)]
+        if args.callgrind:  # instructions from here on: the turns, not the set-up
+            on = subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True, text=True)
+            if on.returncode or "Error" in on.stdout + on.stderr:  # (it exits 0 when it finds no such process)
+                raise SystemExit("--callgrind: run this under valgrind --tool=callgrind --instr-atstart=no")
         times = turn_loop(sessions, args.profile, bodies, Evictor(args.cold) if args.cold > 0 else None)
     caches = f", caches cold ({args.cold} MB written over before each turn)" if args.cold > 0 else ""
     print(f"{args.profile}{caches}: {len(times)} one-call turns in the session layer, "
