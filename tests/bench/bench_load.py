@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,29 +100,40 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         times: dict[str, list[float]] = {"append": [], "build": []}
         lock = threading.Lock()
 
-        def agent(k: int) -> None:
-            client = clients[k % len(clients)]
-            session = client.create_session(tools=bodies[k]["tools"], window=window)
+        def record(t0: float, t1: float, t2: float, *, append: bool = True) -> None:
+            with lock:
+                if append:
+                    times["append"].append((t1 - t0) * 1000)
+                times["build"].append((t2 - t1) * 1000)
+
+        def agent_calls(client: Any, k: int) -> Generator[Callable[[], Any], Any, None]:
+            """Agent ``k``'s calls, each yielded unmade; the driver makes it and sends back its result
+            (a ``Client``'s, or an ``AsyncClient``'s once awaited), so both kinds of agent run this."""
+            session = yield partial(client.create_session, tools=bodies[k]["tools"], window=window)
             prompt = None
             for turn in turns(bodies[k]["messages"]):
                 t0 = time.perf_counter()
                 if floor:  # what a call costs here without the engine
-                    client.get_session(session.id)
-                    with lock:
-                        times["build"].append((time.perf_counter() - t0) * 1000)
+                    yield partial(client.get_session, session.id)
+                    record(t0, t0, time.perf_counter(), append=False)
                     continue
                 if one_call:  # append and build in one BuildPrompt call, the reply only what changed
                     t1 = t0
-                    prompt = session.prompt(append=turn, since=prompt)
+                    prompt = yield partial(session.prompt, append=turn, since=prompt)
                 else:
-                    session.append(turn)
+                    yield partial(session.append, turn)
                     t1 = time.perf_counter()
-                    prompt = session.prompt()
+                    prompt = yield session.prompt
                 t2 = time.perf_counter()
                 assert prompt.tokens <= prompt.budget
-                with lock:
-                    times["append"].append((t1 - t0) * 1000)
-                    times["build"].append((t2 - t1) * 1000)
+                record(t0, t1, t2)
+
+        def agent(k: int) -> None:
+            calls = agent_calls(clients[k % len(clients)], k)
+            with contextlib.suppress(StopIteration):
+                call = next(calls)
+                while True:
+                    call = calls.send(call())
 
         async def async_agents() -> None:
             """The same agents as ``concurrency`` asyncio tasks over ``AsyncClient`` (grpc.aio):
@@ -130,26 +144,11 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
             async def worker() -> None:
                 while queue:
                     k = queue.pop()
-                    client = aclients[k % len(aclients)]
-                    session = await client.create_session(tools=bodies[k]["tools"], window=window)
-                    prompt = None
-                    for turn in turns(bodies[k]["messages"]):
-                        t0 = time.perf_counter()
-                        if floor:
-                            await client.get_session(session.id)
-                            times["build"].append((time.perf_counter() - t0) * 1000)
-                            continue
-                        if one_call:
-                            t1 = t0
-                            prompt = await session.prompt(append=turn, since=prompt)
-                        else:
-                            await session.append(turn)
-                            t1 = time.perf_counter()
-                            prompt = await session.prompt()
-                        t2 = time.perf_counter()
-                        assert prompt.tokens <= prompt.budget
-                        times["append"].append((t1 - t0) * 1000)
-                        times["build"].append((t2 - t1) * 1000)
+                    calls = agent_calls(aclients[k % len(aclients)], k)
+                    with contextlib.suppress(StopIteration):
+                        call = next(calls)
+                        while True:
+                            call = calls.send(await call())
 
             try:
                 await asyncio.gather(*(worker() for _ in range(concurrency)))
