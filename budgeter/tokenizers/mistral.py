@@ -21,6 +21,7 @@ Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (d
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import logging
@@ -369,7 +370,7 @@ class _RunMemo:
         weight: Any = None
         for index in range(start, len(messages)):
             message = messages[index]
-            new_weight = getattr(message, "weight", None) if _weighted(type(message)) else None
+            new_weight = getattr(message, "weight", None) if _weighted(message.__class__) else None
             if role != message.role or new_weight != weight:
                 if run:
                     out.extend(normalizer._aggregate_role(run, role, call_ids))
@@ -394,22 +395,16 @@ class _RunMemo:
         return out
 
 
-_WEIGHTED: dict[type, bool] = {}
-
-
+@functools.cache
 def _weighted(kind: type) -> bool:
     """Whether messages of ``kind`` may carry a ``weight``: a field of its, an extra attribute
     where its model allows extras, or any attribute of a class that is not a pydantic model. The
     normalizer reads each message's weight with ``getattr(message, "weight", None)``; on a
     pydantic model without the field that raises and catches an AttributeError inside pydantic's
     ``__getattr__``, the costliest step of its walk (a third of it)."""
-    known = _WEIGHTED.get(kind)
-    if known is None:
-        fields = getattr(kind, "model_fields", None)
-        extra = getattr(kind, "model_config", {}).get("extra")
-        known = _WEIGHTED[kind] = (not isinstance(fields, dict) or "weight" in fields or hasattr(kind, "weight")
-                                   or extra == "allow")
-    return known
+    fields = getattr(kind, "model_fields", None)
+    extra = getattr(kind, "model_config", {}).get("extra")
+    return not isinstance(fields, dict) or "weight" in fields or hasattr(kind, "weight") or extra == "allow"
 
 
 class _Blank:

@@ -16,9 +16,8 @@ prompt and each session's last are kept, and after the timings their counts are 
 fresh count of the whole prompt (the profile's tokenizer over its template's render of the whole
 list, or mistral-common's own encoding): a difference is printed and the run exits 1. The server
 settles first, as ``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``).
-``qwen3``/``llama3`` are the
-../shared model folders; ``gemma3`` is a model folder written from the Gemma 3 270M GGUF package
-(its vocabulary) with Gemma 3's published template.
+``qwen3``/``llama3`` are the ../shared model folders; ``gemma3`` is a model folder written from the
+Gemma 3 270M GGUF package (its vocabulary) with Gemma 3's published template.
 """
 
 from __future__ import annotations

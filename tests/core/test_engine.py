@@ -5,6 +5,7 @@ import pytest
 from budgeter.core import Policy, Session, contains_marker, trim
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import InvalidInput, PinnedOverBudget
+from tests.bench.bench_service import fresh_count
 from tests.bench.sessions import TOOLS, make_session
 
 
@@ -69,7 +70,7 @@ def test_output_fits_and_is_exact(qwen3_path):
     counter = resolve(qwen3_path)
     body = make_session(7, chars=250_000)
     r = trim(_msgs(body), counter=counter, tools=body["tools"], policy=Policy())
-    fresh = len(counter.pieces.tokenizer.encode_full(counter.render(r.messages, body["tools"])))
+    fresh = fresh_count(counter, r.messages, body["tools"])
     assert r.tokens == fresh <= Policy().budget
     assert r.tokens_before > r.tokens
 

@@ -14,6 +14,7 @@ import pytest
 from budgeter.core.messages import from_openai_list
 from budgeter.core.profile import CATEGORIES, profile
 from budgeter.tokenizers import resolve
+from tests.bench.bench_service import fresh_count
 from tests.bench.sessions import make_session
 from tests.service.agent import TOOLS, call, result
 
@@ -34,7 +35,7 @@ def test_parts_add_up_to_the_exact_count(spec, request):
     counter = resolve(request.getfixturevalue("qwen3_path") if spec == "qwen3" else spec)
     messages = from_openai_list(small_session())
     p = profile(messages, counter=counter, tools=TOOLS).as_dict()
-    full = len(counter.pieces.tokenizer.encode_full(counter.render(messages, TOOLS)))
+    full = fresh_count(counter, messages, TOOLS)
     assert p["tokens"] == full == sum(p["composition"][c] for c in CATEGORIES)
     assert p["composition"]["tool_schemas"] > 100 and p["composition"]["template_overhead"] > 0
     cats = [m["category"] for m in p["messages"]]

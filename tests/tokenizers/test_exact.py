@@ -10,6 +10,7 @@ from budgeter.core.messages import Message, ToolCall, from_openai_list
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.mistral import MistralCounter, _request_dict
+from tests.bench.bench_service import fresh_count
 from tests.bench.sessions import make_session
 
 
@@ -23,7 +24,7 @@ def _body(seed=5, chars=60_000):
 def _check_template_counter(counter, messages, tools):
     for end in (4, 9, 17, len(messages)):
         part = messages[:end]
-        fresh = len(counter.pieces.tokenizer.encode_full(counter.render(part, tools)))
+        fresh = fresh_count(counter, part, tools)
         assert counter.count_prompt(part, tools) == fresh
 
 
