@@ -22,6 +22,7 @@ from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, has_surrogate
 from budgeter.core.memo import same_objects
 from budgeter.core.messages import Message, to_template
+from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
 LOOKAHEAD = 256
@@ -31,14 +32,19 @@ Adapter = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]],
                    tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]]
 
 
-def _last_end(special: re.Pattern[str], text: str, lo: int, chars: int) -> int:
+def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:
     """The end of the last special token found from ``lo`` that ends at or before ``chars``
-    (-1: none)."""
+    (-1: none). A rope is scanned in a slice of it (the pattern has no anchors or lookarounds,
+    so a match in ``text[lo:hi]`` is the match at the same place in ``text`` from ``lo`` to ``hi``)."""
+    hi = min(len(text), chars + LOOKAHEAD)
+    offset = 0
+    if not isinstance(text, str):
+        text, offset, lo, hi = text[lo:hi], lo, 0, hi - lo
     end = -1
-    for match in special.finditer(text, lo, min(len(text), chars + LOOKAHEAD)):
-        if match.end() > chars:
+    for match in special.finditer(text, lo, hi):
+        if match.end() + offset > chars:
             break
-        end = match.end()
+        end = match.end() + offset
     return end
 
 
@@ -59,7 +65,7 @@ class PieceCounter:
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
 
-    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None) -> int:
+    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
         a server must read again when the text changes there). ``mark``: a piece start at or
         before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
@@ -70,7 +76,7 @@ class PieceCounter:
         if chars >= len(text):
             return 0
         if self._special is None:
-            return self.count(text)
+            return self.count(text[:])
         if mark is not None and 0 <= mark[0] <= chars:
             begin, tokens = mark
             start = self.piece_start(text, chars, known=begin)
@@ -79,7 +85,7 @@ class PieceCounter:
             return tokens - self.count(text[begin:start]) if start > begin else tokens
         return self.count(text[self.piece_start(text, chars):])
 
-    def piece_start(self, text: str, chars: int, known: int = -1) -> int:
+    def piece_start(self, text: Text, chars: int, known: int = -1) -> int:
         """Where the piece that holds position ``chars`` starts: the end of the last special token
         that ends at or before it (0 when none does). ``known``: a piece start at or before
         ``chars``; the scan runs from there, where it finds the tokens the split of the whole
@@ -234,7 +240,7 @@ class TemplateCounter:
         return self.pieces.count(self.render(messages, tools))
 
     def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                       memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
+                       memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
         """The exact count and the text counted. With a session's ``memo``, a prompt that extends
         the previous one renders only its tail (``core/incremental.py``)."""
         if memo is None:
@@ -249,7 +255,7 @@ class TemplateCounter:
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
                                   self.pieces.piece_start, stamp=tuple(f() for f in self._dated))
 
-    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None) -> int:
+    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None) -> int:
         return self.pieces.tokens_after(text, chars, mark=mark)
 
     def count_text(self, text: str) -> int:
@@ -308,7 +314,7 @@ class TemplateCounter:
 
 
 def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                   memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
+                   memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
     """``count_prompt`` plus the text it counted; '' for counters whose encoding has no text form
     (mistral-common encodes the request itself). ``memo``: the session's previous render."""
     fn = getattr(counter, "count_rendered", None)
@@ -317,7 +323,7 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: str, b: str, *, known: int = 0) -> int:
+def shared_prefix(a: Text, b: Text, *, known: int = 0) -> int:
     """Length of the longest common prefix of two strings (binary search over C-level compares).
     ``known``: a length both are known to share; only what follows it is compared (copied)."""
     hi = min(len(a), len(b))

@@ -18,6 +18,7 @@ from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
+from budgeter.core.rope import Text
 from budgeter.core.typing import CompactionStep, JSONDict, PromptCounter
 
 
@@ -94,7 +95,7 @@ class Context:
     """path -> history length when the caller declared snapshots of it stale (PlanEdits)."""
     total: int = 0
     """The exact count of the view as the last ``exact`` call (or the fit step) left it."""
-    text: str = ""
+    text: Text = ""
     """The rendered prompt that ``total`` counted ('' where the encoding has no text form)."""
     memo: RenderMemo | None = None
     """The session's previous render, so that a prompt extending it renders only its tail."""
