@@ -45,3 +45,39 @@ def test_what_the_sandbox_refuses_is_still_refused(source):
     else:
         assert render(source) == expected == ""
     assert MESSAGES == [{"role": "user", "content": "  hi  "}]
+
+
+CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": " hi "},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read", "arguments": {"path": "a.py", "n": 2}}}]},
+    {"role": "tool", "content": "ok", "tool_call_id": "c1"},
+]
+
+
+@pytest.mark.parametrize("source", [
+    # macros called directly: defaults for arguments left out, and the ones that go through Macro
+    "{%- macro m(x, y=7, z=none) %}[{{ x }}|{{ y }}|{{ z is none }}]{% endmacro %}"
+    "{%- for message in messages %}{{ m(message.role) }}{{ m(message.role, loop.index) }}{% endfor %}",
+    "{%- macro m(x, y=7) %}[{{ x }}{{ y }}]{% endmacro %}{{ m('a', y=3) }}{{ m(x='b') }}",
+    "{%- macro m(x) %}({{ x }}{{ varargs|length }}{{ kwargs|length }}){% endmacro %}{{ m(1, 2, 3, k=4) }}",
+    "{%- macro m(x) %}<{{ caller() }}{{ x }}>{% endmacro %}{% call m(messages[1].role) %}in{% endcall %}",
+    # fields of dicts read in line: present, missing, nested, beside dict methods and loop attributes
+    "{%- for message in messages %}{{ message.role }}:{{ message.name is defined }}:"
+    "{{ message.content|trim }}{% if message.tool_calls %}{% for c in message.tool_calls %}"
+    "{{ c.function.name }}{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}"
+    "{{ c.function.arguments.keys()|list }}{% endfor %}{% endif %}{{ loop.last }}{% endfor %}",
+    "{%- for message in messages if message.role != 'system' %}{{ message.role }}{% endfor %}"
+    "{{ messages[0].missing is defined }}{{ messages[0].missing|default('d') }}{{ (messages|last).tool_call_id }}",
+    "{%- set ns = namespace(found=none) %}{%- for m in messages %}{%- if m.role == 'tool' %}"
+    "{%- set ns.found = m.tool_call_id %}{% endif %}{% endfor %}{{ ns.found }}{{ messages[1].get('role') }}",
+])
+def test_direct_macro_calls_and_fields_in_line_render_as_transformers_does(source):
+    ours = JinjaFormat(source, name="probe")
+    assert "_bf" in ours._template.root_render_func.__code__.co_varnames or "." not in source
+    got = ours.render(CONVERSATION, None, add_generation_prompt=False)
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    compile_ = getattr(_compile_jinja_template, "__wrapped__", _compile_jinja_template)
+    assert got == compile_(source).render(messages=CONVERSATION, tools=None, add_generation_prompt=False)
