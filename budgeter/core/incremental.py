@@ -247,8 +247,17 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
     begin = start(memo.text, same, known)  # the same piece start in both texts
     tail = count(text[begin:])
-    total = memo.total - count(memo.text[begin:]) + tail
+    total = memo.total - _tokens_from(memo, begin, known, count) + tail
     anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
     return total, text, anchors, same, (begin, tail)
+
+
+def _tokens_from(memo: RenderMemo, begin: int, known: int, count: Callable[[str], int]) -> int:
+    """Tokens of ``memo.text`` from ``begin``, a piece start found scanning from ``known``: the
+    mark's own count where ``begin`` is the mark's piece start (a third of the windowed renders),
+    else counted (its pieces are cached)."""
+    if memo.mark is not None and begin == known == memo.mark[0]:
+        return memo.mark[1]
+    return count(memo.text[begin:])
