@@ -101,6 +101,8 @@ def test_digest_states_what_was_dropped(qwen36):
     dropped = json.loads(r.payloads[handle])
     originals = [json.dumps(m, sort_keys=True) for m in body["messages"]]
     assert all(json.dumps(m, sort_keys=True) in originals for m in dropped)
+    dropping = [a for s in r.steps for a in s.actions if a.what == "turns_dropped"]
+    assert dropping and dropping[-1].handle == handle  # the report names the digest's payload
 
 
 def test_stateful_replay_changes_only_the_tail_between_compactions(qwen36):

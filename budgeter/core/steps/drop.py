@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import replace
 
 from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
-from budgeter.core.markers import handle_for, marker
+from budgeter.core.markers import handle_for, handles_in, marker
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import (
     Action,
@@ -56,9 +56,9 @@ def drop_until(view: View, ctx: Context, target: int) -> tuple[View, StepReport]
     if not gone:
         return view, StepReport("drop_oldest", before, before)
     out = _with_digest(view, gone, ctx)
-    covered = next(i for i in out if i.kind is Kind.DIGEST).covers
-    action = Action(min(view[p].index for p in gone), "turns_dropped",
-                    f"{len(gone)} messages", handle_for(_payload(covered, ctx)))
+    digest = next(i for i in out if i.kind is Kind.DIGEST)
+    handle = handles_in(digest.message.content)[-1]  # the digest's own (made once: the payload grows with history)
+    action = Action(min(view[p].index for p in gone), "turns_dropped", f"{len(gone)} messages", handle)
     return out, StepReport("drop_oldest", before, ctx.estimate(out), (action,))
 
 
