@@ -109,6 +109,20 @@ def _inline_dict_fields(template: Any, source: str) -> Any:
     patched ``getattr_``'s alike). The generated code now tests that first and calls the
     environment only otherwise (a missing key, a loop, a str method...): a window render of
     Qwen3.6 reads ~100 fields. The template as compiled is kept where this does not compile."""
+    env = template.environment
+    compiled_by = env.code_generator_class
+    env.code_generator_class = _inline_generator()
+    try:
+        return env.from_string(source)
+    except Exception:  # (a generated expression where an assignment expression is not allowed)
+        return template
+    finally:
+        env.code_generator_class = compiled_by
+
+
+@functools.cache
+def _inline_generator() -> type:
+    """jinja's code generator, writing a dict field's read in line (``_inline_dict_fields``)."""
     from jinja2.compiler import CodeGenerator, optimizeconst
 
     class Inline(CodeGenerator):
@@ -122,14 +136,9 @@ def _inline_dict_fields(template: Any, source: str) -> Any:
             self.visit(node.node, frame)
             self.write(f") is dict and {name!r} in _bf else environment.getattr(_bf, {name!r}))")
 
-    env = template.environment
-    env.code_generator_class = Inline
-    try:
-        return env.from_string(source)
-    except Exception:  # (a generated expression where an assignment expression is not allowed)
-        return template
-    finally:
-        env.code_generator_class = CodeGenerator
+    return Inline
+
+
 _STR_FORMAT = frozenset({"format", "format_map"})
 _BUILTIN = type("".strip)
 
