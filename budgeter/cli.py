@@ -87,6 +87,7 @@ def trim(
     The output is the request body with its messages compacted; every other field (model,
     temperature, tools, ...) is kept as given, so it can be posted as is."""
     from budgeter.core import trim as run_trim
+    from budgeter.core.chains import assemble
     from budgeter.core.messages import from_openai_list
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
@@ -107,7 +108,8 @@ def trim(
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
     if payloads is not None:
-        payloads.write_text(dumps_text(result.payloads, indent=1), encoding="utf-8")
+        shown = {h: assemble(h, result.links.__getitem__) for h in result.links if h in result.handles}
+        payloads.write_text(dumps_text({**result.payloads, **shown}, indent=1), encoding="utf-8")
     if report_out is not None:
         write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
     typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgeter.core.chains import Link, assemble
 from budgeter.core.counting import shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
@@ -24,7 +25,7 @@ from budgeter.core.policy import Policy
 from budgeter.core.rope import Text
 from budgeter.core.steps import ALWAYS, COMPACT
 from budgeter.core.typing import JSONDict, PromptCounter
-from budgeter.errors import InvalidInput
+from budgeter.errors import InvalidInput, PayloadNotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ class BuildResult:
     steps: tuple[StepReport, ...]
     payloads: dict[str, str] = field(default_factory=dict)
     """Payloads elided by this build's steps, by handle (the store keeps the new ones)."""
+    links: dict[str, Link] = field(default_factory=dict)
+    """Payloads this build made as links to earlier ones (digests; ``Session.payload`` reads one)."""
     notes: tuple[str, ...] = ()
     handles: tuple[str, ...] = ()
     """Every handle that appears in the returned prompt (each resolves to its elided payload)."""
@@ -87,6 +90,7 @@ class Session:
         self.tools = list(tools)
         self.log = History(self.policy, self.tools)
         self.payloads: dict[str, str] = {}
+        self.links: dict[str, Link] = {}
         self.superseded: dict[str, int] = {}
         self._plan: View = ()
         self._planned = 0
@@ -102,6 +106,16 @@ class Session:
         self._settled = False
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
+
+    def payload(self, handle: str) -> str:
+        """What ``handle`` stands for in a prompt: an elided payload, or the messages a digest
+        replaced (a JSON list). Raises ``PayloadNotFound``."""
+        text = self.payloads.get(handle)
+        if text is not None:
+            return text
+        if handle not in self.links:
+            raise PayloadNotFound(f"no payload {handle!r}", metadata={"handle": handle})
+        return assemble(handle, self.links.__getitem__)
 
     @property
     def history(self) -> list[Message]:
@@ -140,6 +154,7 @@ class Session:
             view, more = run(COMPACT, view, ctx)
             steps += more
         self.payloads.update(ctx.payloads)
+        self.links.update(ctx.links)
         self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
         self._planned = len(self.log)
         self._settled = not compacted
@@ -158,7 +173,7 @@ class Session:
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
-                           self.counter.notes, handles, reuse, self.builds)
+                           ctx.links, self.counter.notes, handles, reuse, self.builds)
 
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         after = getattr(self.counter, "tokens_after", None)

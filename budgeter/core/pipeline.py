@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from budgeter.core.chains import Link
 from budgeter.core.counting import count_rendered
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
@@ -91,6 +92,8 @@ class Context:
     target: int
     payloads: dict[str, str] = field(default_factory=dict)
     """Every payload a step elided in this build, by handle."""
+    links: dict[str, Link] = field(default_factory=dict)
+    """Payloads made in this build as links to earlier ones (digests), by handle."""
     superseded: dict[str, int] = field(default_factory=dict)
     """path -> history length when the caller declared snapshots of it stale (PlanEdits)."""
     total: int = 0

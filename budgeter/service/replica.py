@@ -32,6 +32,9 @@ class Live:
     version: int = 0
     events_seen: int = 0
     stored_handles: set[str] = field(default_factory=set)
+    unstored: dict[str, str] = field(default_factory=dict)
+    """Payloads (and links, under ``LINK`` + handle) that builds made and the store has not
+    confirmed: each build writes them all, so a failed write is made good by the next build."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     """Names this engine state in prompt ids: a prompt built elsewhere (another replica, or

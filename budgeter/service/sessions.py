@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.engine import BuildResult, Session
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.messages import Message, to_openai
@@ -25,6 +26,7 @@ from budgeter.errors import (
     EtagMismatch,
     InvalidInput,
     LimitExceeded,
+    PayloadNotFound,
     QuotaExceeded,
     RequestIdReused,
     SessionNotFound,
@@ -200,13 +202,18 @@ class Sessions:
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
-            new = {h: escape_surrogates(t) for h, t in result.payloads.items()
-                   if h not in live.stored_handles}
+            live.unstored.update((h, escape_surrogates(t)) for h, t in result.payloads.items()
+                                 if h not in live.stored_handles)
+            live.unstored.update((LINK + h, link.encode()) for h, link in result.links.items()
+                                 if LINK + h not in live.stored_handles)
+            new = dict(live.unstored)  # with any a failed write left (a later link may extend one)
             info = replace(live.info, record=replace(live.info.record, version=live.version))
         if new:
             self.store.put_payloads(sid, new)
             with live.lock:
                 live.stored_handles.update(new)
+                for h in new:
+                    live.unstored.pop(h, None)
         if overrides:
             return Built(result, info)
         kept = result.prefix_changed_at if known and known == live.prompt_id(result.serial - 1) else 0
@@ -260,9 +267,30 @@ class Sessions:
         return out
 
     def payload(self, name: str, handle: str) -> str:
+        """An elided payload, or the messages a digest replaced, put back together from its
+        links."""
         if not handle:
             raise InvalidInput("handle is required", field="handle")
-        return self.store.get_payload(session_id_of(name), handle)
+        sid = session_id_of(name)
+        if handle.startswith(LINK):  # a stored link is not a payload
+            raise PayloadNotFound(f"no payload {handle!r} in session {sid!r}",
+                                  metadata={"session": sid, "handle": handle})
+        try:
+            return self.store.get_payload(sid, handle)
+        except PayloadNotFound as missing:
+            try:
+                first = Link.decode(self.store.get_payload(sid, LINK + handle))
+            except PayloadNotFound:
+                raise missing from None
+        return assemble(handle, lambda h: first if h == handle else
+                        Link.decode(self._stored_link(sid, h)))
+
+    def _stored_link(self, sid: str, handle: str) -> str:
+        try:
+            return self.store.get_payload(sid, LINK + handle)
+        except PayloadNotFound:
+            raise PayloadNotFound(f"payload {handle!r}, which a later digest extends, is missing from "
+                                  f"session {sid!r}", metadata={"session": sid, "handle": handle}) from None
 
     def live(self, name: str) -> Live:
         """The session's engine state, caught up with the store (for the guard rails)."""

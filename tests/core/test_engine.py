@@ -3,6 +3,7 @@ import json
 import pytest
 
 from budgeter.core import Policy, Session, contains_marker, trim
+from budgeter.core.chains import assemble
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import InvalidInput, PinnedOverBudget
 from tests.bench.bench_service import fresh_count
@@ -98,7 +99,7 @@ def test_digest_states_what_was_dropped(qwen36):
     digest = [m for m in r.messages if "budgeter:digest" in m.content]
     assert len(digest) == 1
     handle = digest[0].content.split("h=")[1][:16]
-    dropped = json.loads(r.payloads[handle])
+    dropped = json.loads(assemble(handle, r.links.__getitem__))
     originals = [json.dumps(m, sort_keys=True) for m in body["messages"]]
     assert all(json.dumps(m, sort_keys=True) in originals for m in dropped)
     dropping = [a for s in r.steps for a in s.actions if a.what == "turns_dropped"]

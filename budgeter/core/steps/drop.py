@@ -5,7 +5,8 @@ System messages, the first user message, digests and the protected tail are alwa
 turns go first, then turns holding the newest snapshot of a file, then user messages (small, and
 they carry intent). The digest is a user
 message at the place of the first dropped turn: counts, tools with outcomes, and the handle of
-the dropped messages (a JSON list, byte for byte). A later round merges into the same digest.
+the dropped messages (a JSON list, byte for byte). A later round merges into the same digest;
+its payload is kept as a link to the digest before it (``budgeter.core.chains``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from budgeter.core.chains import Link, list_handle
 from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
-from budgeter.core.markers import handle_for, handles_in, marker
+from budgeter.core.markers import handles_in, marker
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import (
     Action,
@@ -68,7 +70,9 @@ def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
                     {c for p in gone for c in (view[p].covers or (view[p].index,))
                      if view[p].kind is not Kind.SYNTHETIC})
     at = min([*gone, *old])
-    digest = Item(covers[0] if covers else view[at].index, _digest_message(covers, ctx),
+    base = max(old, key=lambda p: len(view[p].covers), default=None)  # the digest this one extends
+    digest = Item(covers[0] if covers else view[at].index,
+                  _digest_message(covers, ctx, base=view[base] if base is not None else None),
                   kind=Kind.DIGEST, covers=tuple(covers))
     out = [i for p, i in enumerate(view) if p not in gone and p not in old]
     kept_before = sum(1 for p in range(at) if p not in gone and p not in old)
@@ -76,14 +80,14 @@ def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
     return tuple(out)
 
 
-def _payload(covers: tuple[int, ...] | list[int], ctx: Context) -> str:
-    return dumps([to_openai(ctx.history[i], extensions=True) for i in covers])
-
-
-def _digest_message(covers: list[int], ctx: Context) -> Message:
-    payload = _payload(covers, ctx)
-    handle = handle_for(payload)
-    ctx.payloads[handle] = payload
+def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None) -> Message:
+    """``base``: the digest this one extends; the new payload is a link to its payload, holding
+    only the messages it lacks."""
+    items = [dumps(to_openai(ctx.history[i], extensions=True)) for i in covers]
+    handle = list_handle(items)
+    held = set(base.covers) if base is not None else set()
+    ctx.links[handle] = Link(handles_in(base.message.content)[-1] if base is not None else "",
+                             tuple((i, item) for i, item in zip(covers, items, strict=True) if i not in held))
     outcomes: Counter[str] = Counter()
     for i in covers:
         for no, call in enumerate(ctx.facts[i].calls):

@@ -1,0 +1,65 @@
+"""Digest payloads as links: each dropped message is kept once, however many drops follow, and the
+payload a handle names is still the JSON list of every message its digest replaced, byte for byte."""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from budgeter.core import Policy, Session
+from budgeter.core.chains import Link, assemble, joined, list_handle
+from budgeter.core.jsonargs import dumps
+from budgeter.core.markers import handle_for, handles_in
+from budgeter.core.messages import from_openai_list, to_openai
+from budgeter.core.pipeline import Kind
+from budgeter.errors import PayloadNotFound
+from tests.bench.bench_service import turns
+from tests.bench.sessions import make_session
+
+json_texts = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                          lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(), kids, max_size=3),
+                          max_leaves=8).map(dumps)
+
+
+@given(st.text(alphabet="0123456789abcdef", max_size=16),
+       st.lists(st.tuples(st.integers(0, 10**6), json_texts), max_size=6))
+def test_a_link_reads_back_as_written(base, items):
+    link = Link(base, tuple(items))
+    assert Link.decode(link.encode()) == link
+
+
+@given(st.lists(json_texts, max_size=6))
+def test_the_handle_of_a_list_is_that_of_its_text(items):
+    assert list_handle(items) == handle_for(joined(items))
+    assert json.loads(joined(items)) == [json.loads(i) for i in items]
+
+
+def test_a_looping_chain_is_refused():
+    links = {"a": Link("b", ((1, "1"),)), "b": Link("a", ((2, "2"),))}
+    with pytest.raises(ValueError, match="loop"):
+        assemble("a", links.__getitem__)
+
+
+def test_each_drop_keeps_only_what_it_adds(qwen36):
+    body = make_session(7, chars=600_000)
+    session = Session(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
+    shown: dict[str, tuple[int, ...]] = {}
+    for turn in turns(body["messages"]):
+        session.append(from_openai_list(turn))
+        session.build()
+        for item in session._plan:
+            if item.kind is Kind.DIGEST:
+                shown[handles_in(item.message.content)[-1]] = item.covers
+    assert len(shown) >= 5  # drop after drop, each merged into the digest before it
+    based = 0
+    for handle, covers in shown.items():
+        payload = session.payload(handle)
+        assert handle_for(payload) == handle  # a handle is its payload's hash, as for any payload
+        assert payload == dumps([to_openai(session.history[i], extensions=True) for i in covers])
+        based += bool(session.links[handle].base)
+    assert based >= len(shown) - 1
+    kept = [i for link in session.links.values() for i, _ in link.items]
+    assert len(kept) == len(set(kept))  # no message kept twice: the links grow with history, not its square
+    with pytest.raises(PayloadNotFound):
+        session.payload("0" * 16)
