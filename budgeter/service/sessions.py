@@ -277,20 +277,19 @@ class Sessions:
                                   metadata={"session": sid, "handle": handle})
         try:
             return self.store.get_payload(sid, handle)
-        except PayloadNotFound as missing:
-            try:
-                first = Link.decode(self.store.get_payload(sid, LINK + handle))
-            except PayloadNotFound:
-                raise missing from None
-        return assemble(handle, lambda h: first if h == handle else
-                        Link.decode(self._stored_link(sid, h)))
+        except PayloadNotFound as exc:
+            missing = exc  # unless a link holds it
 
-    def _stored_link(self, sid: str, handle: str) -> str:
-        try:
-            return self.store.get_payload(sid, LINK + handle)
-        except PayloadNotFound:
-            raise PayloadNotFound(f"payload {handle!r}, which a later digest extends, is missing from "
-                                  f"session {sid!r}", metadata={"session": sid, "handle": handle}) from None
+        def link(h: str) -> Link:
+            try:
+                return Link.decode(self.store.get_payload(sid, LINK + h))
+            except PayloadNotFound:
+                if h == handle:
+                    raise missing from None
+                raise PayloadNotFound(f"payload {h!r}, which a later digest extends, is missing from "
+                                      f"session {sid!r}", metadata={"session": sid, "handle": h}) from None
+
+        return assemble(handle, link)
 
     def live(self, name: str) -> Live:
         """The session's engine state, caught up with the store (for the guard rails)."""

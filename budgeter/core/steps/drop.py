@@ -59,7 +59,7 @@ def drop_until(view: View, ctx: Context, target: int) -> tuple[View, StepReport]
         return view, StepReport("drop_oldest", before, before)
     out = _with_digest(view, gone, ctx)
     digest = next(i for i in out if i.kind is Kind.DIGEST)
-    handle = handles_in(digest.message.content)[-1]  # the digest's own (made once: the payload grows with history)
+    handle = _own_handle(digest)  # (made once: the payload grows with history)
     action = Action(min(view[p].index for p in gone), "turns_dropped", f"{len(gone)} messages", handle)
     return out, StepReport("drop_oldest", before, ctx.estimate(out), (action,))
 
@@ -80,13 +80,18 @@ def _with_digest(view: View, gone: set[int], ctx: Context) -> View:
     return tuple(out)
 
 
+def _own_handle(digest: Item) -> str:
+    """A digest's handle: the last in its marker."""
+    return handles_in(digest.message.content)[-1]
+
+
 def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None) -> Message:
     """``base``: the digest this one extends; the new payload is a link to its payload, holding
     only the messages it lacks."""
     items = [dumps(to_openai(ctx.history[i], extensions=True)) for i in covers]
     handle = list_handle(items)
     held = set(base.covers) if base is not None else set()
-    ctx.links[handle] = Link(handles_in(base.message.content)[-1] if base is not None else "",
+    ctx.links[handle] = Link(_own_handle(base) if base is not None else "",
                              tuple((i, item) for i, item in zip(covers, items, strict=True) if i not in held))
     outcomes: Counter[str] = Counter()
     for i in covers:
