@@ -197,9 +197,16 @@ def _single_object_span(text: str) -> tuple[int, int] | None:
 
 
 _TOKEN = re.compile(
-    r'\s*(?:(")|([{}\[\],:])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|([a-z]+)|(\S))'
+    r'\s*(?:(")|([{}\[\],:])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?(?:\.|[eE][+-]?)?|-)'
+    r'|([a-z]+)|(\S))'
 )
-_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+"""One token of JSON text. A number may end in ``.``, ``e``, ``e+`` or be a lone ``-``: a number cut
+there, valid only at the very end of the text."""
+_STRING_BODY = re.compile(r'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*')
+"""A JSON string's body up to its closing quote, or to where it stops being one (the cut). Runs of
+plain characters first, then each escape with the run after it: the same language as
+``(?:plain|escape)*``, which ``re`` walked one character per repetition (a cut 7K-char file body:
+112 against 24 us)."""
 
 
 def viable_prefix(text: str) -> tuple[bool, str]:
@@ -247,6 +254,8 @@ def viable_prefix(text: str) -> tuple[bool, str]:
             return False, f"bad literal {word!r}"
         if number and i >= n:
             return True, "cut inside a number"
+        if number and number[-1] in "-+.eE":
+            return False, f"bad number {number!r} at {m.start(3)}"
         expect = "comma_or_end" if stack else "done"
 
 

@@ -26,6 +26,10 @@ from budgeter.core.markers import contains_marker, find_markers
     ('{"path": "a", "ok": tr', ArgStatus.TRUNCATED),
     ('{"a": "\\u00', ArgStatus.TRUNCATED),
     ('{"a": [1, 2', ArgStatus.TRUNCATED),
+    ('{"offset": -', ArgStatus.TRUNCATED),  # a number cut before its digits, point or exponent
+    ('{"ratio": 0.', ArgStatus.TRUNCATED),
+    ('{"big": 1e+', ArgStatus.TRUNCATED),
+    ('{"ratio": 0., "b": 1}', ArgStatus.INVALID),
     ('{"a" 1}', ArgStatus.INVALID),
     ("[1, 2]", ArgStatus.INVALID),
     ('{"a": 1} {"b": 2}', ArgStatus.INVALID),
@@ -132,3 +136,17 @@ def test_dumps_leaves_floats_and_other_types_to_the_standard_library():
 
     assert dumps({"a": [1e16, 0.1, -0.0]}) == '{"a":[1e+16,0.1,-0.0]}'
     assert dumps({1: "x", "t": (1, 2)}) == '{"1":"x","t":[1,2]}'
+
+
+@given(st.dictionaries(st.text(_ANY_CHAR, max_size=6), _PLAIN_JSON, min_size=1, max_size=4),
+       st.booleans(), st.data())
+def test_every_cut_of_an_object_is_seen_as_cut_and_the_whole_as_complete(value, ascii_only, data):
+    """``viable_prefix`` on JSON text cut anywhere (inside strings, escapes, numbers, literals)
+    says it is cut; the whole text, that it is complete."""
+    from budgeter.core.jsonargs import viable_prefix
+
+    text = json.dumps(value, ensure_ascii=ascii_only, indent=data.draw(st.sampled_from([None, 1])))
+    assert viable_prefix(text) == (False, "complete")
+    at = data.draw(st.integers(1, len(text) - 1))
+    cut, why = viable_prefix(text[:at])
+    assert cut, (text[:at], why)
