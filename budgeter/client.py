@@ -38,7 +38,7 @@ from budgeter.errors import BudgeterError
 from budgeter.shapes import append_from_pb, plan_from_pb, report_from_pb, suggestion_of, verdict_from_pb
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
-from budgeter.wire import error_info, message_from_pb, message_to_pb
+from budgeter.wire import error_info, message_from_pb, new_message_to_pb
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -214,7 +214,7 @@ class Client:
                request_id: str | None = None, etag: str = "") -> Op[dict[str, Any]]:
         request = pb.AppendMessagesRequest(
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
-            messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
+            messages=[new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
         response = (yield from self._rpc("AppendMessages", request, retries=self.retries))
         return append_from_pb(response, _arguments(request.messages))
 
@@ -228,7 +228,7 @@ class Client:
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON,
                                         known_prompt=since.prompt_id if since is not None else "")
         if append:
-            request.messages.extend(message_to_pb(from_openai(m, index=i)) for i, m in enumerate(append))
+            request.messages.extend(new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(append))
             request.request_id = request_id or uuid.uuid4().hex
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
@@ -251,7 +251,7 @@ class Client:
                      tokenizer: str = "", tools: Sequence[Mapping[str, Any]] = ()) -> Op[int]:
         request = pb.CountTokensRequest(
             tokenizer=tokenizer, text=text, tools_json=json.dumps(list(tools)) if tools else "",
-            messages=[message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
+            messages=[new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
         return int((yield from self._rpc("CountTokens", request)).tokens)
 
     # -- guard rails ---------------------------------------------------------------------------

@@ -70,7 +70,13 @@ _memo = _Memo()
 
 
 def message_to_pb(m: Message) -> pb.Message:
+    """Memoized: for the messages a server sends again and again (a prompt's)."""
     return _memo.message(m)
+
+
+def new_message_to_pb(m: Message) -> pb.Message:
+    """Not kept: for the messages a client sends, each once (the memo would only hold them)."""
+    return _message_to_pb(m)
 
 
 def _message_to_pb(m: Message) -> pb.Message:

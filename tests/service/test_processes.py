@@ -86,3 +86,28 @@ def test_two_replicas_share_one_redis(redis_url):
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_client_keeps_no_copy_of_the_messages_it_sends(tmp_path):
+    """An agent process appends for hours: the messages it sent must not stay in its memory (the
+    server, another process here, keeps them). 200 appends of 50 KB: what the client's process
+    allocated and still holds is far below what was sent."""
+    import gc
+    import tracemalloc
+
+    server = ServerProcess("--data-dir", str(tmp_path)).start()
+    try:
+        with Client(server.target) as c:
+            s = c.create_session()
+            s.append([{"role": "user", "content": "warm-up"}])
+            tracemalloc.start()
+            try:
+                for i in range(200):
+                    s.append([{"role": "user", "content": f"{i} " + "x" * 50_000}])
+                gc.collect()
+                held, _ = tracemalloc.get_traced_memory()  # what this process allocated since and holds
+            finally:
+                tracemalloc.stop()
+    finally:
+        server.stop()
+    assert held < 1_000_000, held  # 10 MB were sent
