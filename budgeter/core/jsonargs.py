@@ -292,9 +292,10 @@ def classify_arguments(text: str, *, finish_reason: str | None = None) -> ArgVer
     value = loads_object(text)
     if value is not None:
         return ArgVerdict(ArgStatus.VALID, value=value)
-    if text.lstrip().startswith("{"):
-        cut, why = viable_prefix(text.lstrip())
-        if cut or finish_reason == "length":
+    start = text.find("{")  # the object may follow a code fence or prose ("Sure! {...")
+    if start >= 0:
+        cut, why = viable_prefix(text[start:])
+        if cut or (finish_reason == "length" and not text[:start].strip()):
             return ArgVerdict(ArgStatus.TRUNCATED, detail=why if cut else "finish_reason=length")
     for description, candidate in _repairs(text):
         fixed = loads_object(candidate)
