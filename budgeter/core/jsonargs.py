@@ -197,11 +197,11 @@ def _single_object_span(text: str) -> tuple[int, int] | None:
 
 
 _TOKEN = re.compile(
-    r'\s*(?:(")|([{}\[\],:])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?(?:\.|[eE][+-]?)?|-)'
+    r'\s*(?:(")|([{}\[\],:])|(-?(?:0|[1-9][0-9]*)(?:\.(?:[0-9]+(?:[eE][+-]?[0-9]*)?)?|[eE][+-]?[0-9]*)?|-)'
     r'|([a-z]+)|(\S))'
 )
-"""One token of JSON text. A number may end in ``.``, ``e``, ``e+`` or be a lone ``-``: a number cut
-there, valid only at the very end of the text."""
+"""One token of JSON text. A number may also be one cut where no number ends (``-``, ``1.``,
+``1e``, ``1.5e+``): valid only at the very end of the text."""
 _STRING_BODY = re.compile(r'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*')
 """A JSON string's body up to its closing quote, or to where it stops being one (the cut). Runs of
 plain characters first, then each escape with the run after it: the same language as

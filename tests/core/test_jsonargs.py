@@ -30,6 +30,8 @@ from budgeter.core.markers import contains_marker, find_markers
     ('{"ratio": 0.', ArgStatus.TRUNCATED),
     ('{"big": 1e+', ArgStatus.TRUNCATED),
     ('{"ratio": 0., "b": 1}', ArgStatus.INVALID),
+    ('{"ratio": 1.5.', ArgStatus.INVALID),  # no number goes on so
+    ('{"big": 1e5e', ArgStatus.INVALID),
     ('```json\n{"path": "a.py", "content": "def f():\\n    ret', ArgStatus.TRUNCATED),  # in a fence
     ('Sure! Here it is: {"path": "a.py", "n": [1, 2', ArgStatus.TRUNCATED),  # after prose
     ('Use {x}: {"path": "a.py", "n": [1, 2', ArgStatus.INVALID),  # not one object: no pick
