@@ -54,7 +54,7 @@ class _Memo:
         if out is None:
             if len(self.pb) >= self.limit:
                 self.pb = {}
-            out = self.pb[m] = _message_to_pb(m)
+            out = self.pb[m] = new_message_to_pb(m)
         return out
 
     def text(self, m: Message) -> str:
@@ -76,10 +76,6 @@ def message_to_pb(m: Message) -> pb.Message:
 
 def new_message_to_pb(m: Message) -> pb.Message:
     """Not kept: for the messages a client sends, each once (the memo would only hold them)."""
-    return _message_to_pb(m)
-
-
-def _message_to_pb(m: Message) -> pb.Message:
     return pb.Message(
         role=STR_TO_ROLE[m.role], content=m.content, tool_call_id=m.tool_call_id or "",
         name=m.name or "", reasoning_content=m.reasoning or "", finish_reason=m.finish_reason or "",
