@@ -81,3 +81,27 @@ def test_direct_macro_calls_and_fields_in_line_render_as_transformers_does(sourc
 
     compile_ = getattr(_compile_jinja_template, "__wrapped__", _compile_jinja_template)
     assert got == compile_(source).render(messages=CONVERSATION, tools=None, add_generation_prompt=False)
+
+
+def test_a_render_leaves_no_reference_cycle():
+    """A macro that reads a template variable (Qwen3's ``render_content`` reads ``add_vision_id``)
+    is a closure over the render's context, which holds it: without the render breaking that cycle,
+    each render left objects that only the garbage collector frees. Refused renders too (the
+    error's traceback holds the context)."""
+    import gc
+
+    source = ("{%- macro m(x) %}[{{ x }}{{ flag }}]{% endmacro %}{%- set ns = namespace(n=0) %}"
+              "{%- for message in messages %}{%- set ns.n = ns.n + 1 %}{{ m(message.content) }}"
+              "{%- endfor %}{% if ns.n > 1 %}{{ raise_exception('one message only') }}{% endif %}")
+    fmt = JinjaFormat(source, name="probe")
+    assert fmt.render(MESSAGES, None) == "[  hi  ]"
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            fmt.render(MESSAGES, None)
+            with pytest.raises(TemplateError):
+                fmt.render(MESSAGES * 2, None)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

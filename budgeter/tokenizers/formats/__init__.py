@@ -79,10 +79,25 @@ class JinjaFormat:
         variables = {**self._variables, **{k: f() for k, f in self.dynamic.items()}} if self.dynamic \
             else self._variables
         try:
-            return self._template.render(messages=messages, tools=tools,
-                                         add_generation_prompt=add_generation_prompt, **variables)
+            return _render(self._template, {"messages": messages, "tools": tools,
+                                            "add_generation_prompt": add_generation_prompt, **variables})
         except Exception as exc:
             raise TemplateError(f"chat template {self.name!r} cannot render these messages: {exc}") from exc
+
+
+def _render(template: Any, variables: dict[str, Any]) -> str:
+    """``template.render(**variables)``, leaving no reference cycle behind. A template's macros
+    are closures over the render's context, which holds them in its variables: every render of
+    such a template (Qwen3's ``render_content``) left ~30 objects in a cycle that only the garbage
+    collector frees (80 renders a minute of turns here: 2,343 objects, 33 a turn). Emptying the
+    context's variables after the render breaks the cycle, so reference counting frees the render
+    when it ends and the collector has less to walk."""
+    ctx = template.new_context(variables)
+    try:
+        return template.environment.concat(template.root_render_func(ctx))  # type: ignore[no-any-return]
+    finally:
+        ctx.vars.clear()
+        ctx.exported_vars.clear()
 
 
 def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
