@@ -187,7 +187,7 @@ class TemplateCounter:
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
         self._costs: dict[Message, int] = {}
-        self.frames = self._frames(fmt) if adapter is None else None
+        self.frames = self._frames(fmt)
         """Lone renders made from a frame per shape of message (``core/frames.py``)."""
 
     def _frames(self, fmt: ChatFormat) -> Frames | None:
@@ -287,12 +287,13 @@ class TemplateCounter:
 
     def _isolated_text(self, m: Message) -> str | None:
         dicts = [self._template_dict(m)]
-        if self.frames is not None:
-            framed = self.frames.text(dicts[0], tuple(f() for f in self._dated) if self._dated else ())
-            if framed is not None:
-                return framed
         if self.adapter is not None:
             dicts, _ = self.adapter(dicts, ())
+        if self.frames is not None:
+            framed = self.frames.render(dicts, None, None, False,
+                                        tuple(f() for f in self._dated) if self._dated else ())
+            if framed is not None:
+                return framed
         try:
             return self.format.render(dicts, None, add_generation_prompt=False)
         except Exception:  # templates that reject a lone message (alternation rules)

@@ -107,6 +107,24 @@ def test_lone_costs_come_from_frames_and_equal_the_templates(qwen36):
     assert counter.frames.framed - before >= len(messages) // 2
 
 
+
+def test_lone_renders_of_a_rewritten_profile_come_from_frames(llama3_path):
+    """A profile whose template takes the fallback rewrite (the Llama 3 folder's) frames each
+    message as rewritten: every lone render is the template's own render of the rewritten message,
+    and most come from a frame."""
+    counter = resolve(llama3_path)
+    assert counter.adapter is not None and counter.frames is not None
+    messages = from_openai_list(make_session(13, chars=40_000)["messages"])
+    before = counter.frames.framed
+    for m in messages:
+        dicts, _ = counter.adapter([to_template(m)], ())
+        try:
+            plain = counter.format.render(dicts, None, add_generation_prompt=False)
+        except Exception:
+            plain = None
+        assert counter._isolated_text(m) == plain
+    assert counter.frames.framed - before >= len(messages) // 2
+
 _REFUSED = {
     "length": "{{ message.content|length }}",
     "wordcount": "{{ message.content|wordcount }}",
