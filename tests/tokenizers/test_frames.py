@@ -107,7 +107,6 @@ def test_lone_costs_come_from_frames_and_equal_the_templates(qwen36):
     assert counter.frames.framed - before >= len(messages) // 2
 
 
-
 def test_lone_renders_of_a_rewritten_profile_come_from_frames(llama3_path):
     """A profile whose template takes the fallback rewrite (the Llama 3 folder's) frames each
     message as rewritten: every lone render is the template's own render of the rewritten message,
@@ -124,6 +123,7 @@ def test_lone_renders_of_a_rewritten_profile_come_from_frames(llama3_path):
             plain = None
         assert counter._isolated_text(m) == plain
     assert counter.frames.framed - before >= len(messages) // 2
+
 
 _REFUSED = {
     "length": "{{ message.content|length }}",
