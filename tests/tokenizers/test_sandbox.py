@@ -84,7 +84,7 @@ def test_direct_macro_calls_and_fields_in_line_render_as_transformers_does(sourc
 
 
 def test_a_render_leaves_no_reference_cycle():
-    """A macro that reads a template variable (Qwen3's ``render_content`` reads ``add_vision_id``)
+    """A macro that reads a template variable (Qwen3.6's ``render_content`` reads ``add_vision_id``)
     is a closure over the render's context, which holds it: without the render breaking that cycle,
     each render left objects that only the garbage collector frees. Refused renders too (the
     error's traceback holds the context)."""

@@ -64,8 +64,8 @@ class JinjaFormat:
 
         def renders(arguments: Any) -> bool:
             try:
-                self._template.render(messages=call(arguments), tools=None, add_generation_prompt=False,
-                                      **self._variables)
+                _render(self._template, {"messages": call(arguments), "tools": None,
+                                         "add_generation_prompt": False, **self._variables})
                 return True
             except Exception:
                 return False
