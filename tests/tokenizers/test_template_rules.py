@@ -109,6 +109,9 @@ def test_tojson_memo_answers_only_for_the_same_object():
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
     first = fmt.render(user, tools, add_generation_prompt=False)
     assert fmt.render(user, tools, add_generation_prompt=False) == first
+    indented = JinjaFormat("{{ tools | tojson }}|{{ tools | tojson(indent=2) }}|{{ tools | tojson }}", name="probe")
+    plain, wide, again = indented.render(user, tools, add_generation_prompt=False).split("|")
+    assert plain == again == first.split("|")[0] and wide != plain and "\n  " in wide  # options memoized apart
     other = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}]
     assert "write_file" in fmt.render(user, other, add_generation_prompt=False)
     for _ in range(200):  # freed lists whose ids come back are never mistaken for ``tools``
