@@ -515,8 +515,9 @@ class MistralCounter:
 
     @property
     def notes(self) -> tuple[str, ...]:
+        backend = self._lengths.backend
         notes = ["mistral-common request encoding (exact, memoized per message)",
-                 f"count backend: {self._lengths.backend} (ids checked equal at load)"]
+                 f"count backend: {backend}" + (" (ids checked equal at load)" if backend != "tiktoken" else "")]
         if self.off:
             notes.append(f"renders: {self.off}")
         if self._lengths.off:
