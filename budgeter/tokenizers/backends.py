@@ -8,11 +8,10 @@ tokens absorb, so ``PieceCounter`` stays exact.
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from budgeter.tokenizers.twin import CORPUS, ranked_twin, state, twin
+from budgeter.tokenizers.twin import ranked_twin, state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -37,18 +36,6 @@ def _trie_regex(node: dict[str, dict]) -> str:
     if "" not in node:
         return body
     return f"(?:{body})?"  # greedy: the longer token first, this one if the longer fails
-
-
-def warm_thread(warmed: threading.local, count: Callable[[str], int]) -> None:
-    """The first count in each thread, of the twins' corpus: fastokens sets up state per thread on
-    its first call there, and a first call on a long text took ~0.1 s (~500 ns a character over
-    200K characters of sessions, against ~50 once set up); after this one (~4 ms, ~32 MB RSS a
-    thread) the thread counts at full speed. Every thread that counts (RPC workers, the proxy's)
-    goes through here once."""
-    if not getattr(warmed, "done", False):
-        for text in CORPUS:
-            count(text)
-        warmed.done = True
 
 
 PARALLEL_CHARS = 32_768
@@ -79,7 +66,6 @@ class HFTokenizer:
         split = re.compile(f"({self._pattern})").split if self._pattern else None
         found = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
         self._fast = found[0] if found is not None else None
-        self._warmed = threading.local()
         self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
                      else "count backend: Hugging Face tokenizers")
         if unnormalized:
@@ -94,7 +80,6 @@ class HFTokenizer:
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         if self._fast is not None:
-            warm_thread(self._warmed, self._fast)
             return [self._fast(t) for t in texts]
         if sum(map(len, texts)) < PARALLEL_CHARS:
             encode = self._tok.encode
@@ -120,13 +105,11 @@ class TiktokenTokenizer:
         ranks, pattern = getattr(encoding, "_mergeable_ranks", None), getattr(encoding, "_pat_str", None)
         found = ranked_twin(ranks, pattern, encoding.encode_ordinary, odd) if ranks and pattern else None
         self._fast = found[0] if found is not None else None
-        self._warmed = threading.local()
         self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
                      else "count backend: tiktoken")
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         if self._fast is not None:
-            warm_thread(self._warmed, self._fast)
             return list(map(self._fast, texts))
         enc = self._enc.encode_ordinary
         return [len(enc(t)) for t in texts]

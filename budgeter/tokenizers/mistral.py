@@ -27,7 +27,6 @@ import itertools
 import logging
 import re
 import string
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
@@ -36,7 +35,6 @@ from budgeter.core.memo import IdentityMemo, Walks
 from budgeter.core.messages import Message, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
-from budgeter.tokenizers.backends import warm_thread
 from budgeter.tokenizers.twin import ranked_twin
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -228,14 +226,7 @@ class _Lengths:
         found = (ranked_twin(ranks, pattern, model.encode_ordinary)
                  if self._plain == "encode_ordinary" and ranks and pattern else None)
         if found is not None:  # (Tekken has no odd token: fastokens takes its ranks as they are)
-            fast, warmed = found[0], threading.local()
-
-            def length(s: str) -> int:
-                warm_thread(warmed, fast)
-                return fast(s)
-
-            self._length = length
-            self.backend = found[1]
+            self._length, self.backend = found
         if getattr(model, "_pat_str", None) != TEKKEN_PATTERN:
             self.off = "not Tekken's pre-tokenizer pattern: texts are counted whole"
 

