@@ -269,7 +269,8 @@ def odd_tokens(ranks: dict[bytes, int]) -> list[bytes]:
 def ranked_twin(ranks: dict[bytes, int], pattern: str, ids: Callable[[str], list[int]],
                 odd: tuple[str, ...] = ()) -> tuple[Counter, str] | None:
     """A counter equal to a tiktoken vocabulary's (``ids``: tiktoken's ordinary encoding), from
-    fastokens, which makes a merge per token from the ranks (9-14x as fast as tiktoken here).
+    fastokens, which makes a merge per token from the ranks (9-14x as fast as tiktoken here; 3.4x
+    for Qwen3.6 with the check for its odd tokens).
     fastokens refuses a vocabulary with an odd token (``odd_tokens``): ``odd`` lists them, and
     each token whose bytes hold one is stood in for by a run of b"\\xff" (never in UTF-8 text; each
     run merges from the shorter one, so the stand-ins keep the ids contiguous and every merge
