@@ -159,7 +159,9 @@ class Renewing:
         self._left -= len(text)
         if self._left <= 0 and self._renewing.acquire(blocking=False):
             self._left = self._every
-            threading.Thread(target=self._renew, name="budgeter-fastokens-renew", daemon=True).start()
+            # not a daemon: a daemon thread inside fastokens when the interpreter exits is
+            # unwound through Rust and aborts the process ("FATAL: exception not rethrown")
+            threading.Thread(target=self._renew, name="budgeter-fastokens-renew").start()
         return len(fast.encode_ordinary(text))
 
     def _renew(self) -> None:
