@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -406,6 +407,20 @@ def test_odd_guard_holds_every_text_with_an_odd_token(before, which, after):
 
 
 _GUARD: dict[str, object] = {}
+
+
+def test_odd_guard_passes_text_without_one():
+    """Text that holds no odd token, in ASCII or not, is not sent to tiktoken: the guard is not a
+    blanket True that would leave every count to the slower tokenizer."""
+    from budgeter.core import engine
+    from budgeter.tokenizers.odd import ODD
+    from budgeter.tokenizers.twin import _holding
+
+    holds = _GUARD.setdefault("qwen3_6", _holding(ODD["qwen3_6.tiktoken"]))
+    texts = [Path(engine.__file__).read_text(), "Привет, мир: документ открыт.", "这是一个测试文本，包含中文。",
+             "def f(x):\n    return {'ok': x}  # naïve café ✓", ""]
+    assert [holds(t) for t in texts] == [False] * len(texts)
+    assert holds("Материал " + texts[0]) and holds(texts[0] + "selanjutnya")
 
 
 def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatch):
