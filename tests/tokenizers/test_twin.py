@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -399,24 +401,26 @@ def test_odd_guard_holds_every_text_with_an_odd_token(before, which, after):
     """The guard answers True for any text that holds an odd token (a superset is exact: those
     texts are counted by tiktoken)."""
     from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import _holding
 
     odd = ODD["qwen3_6.tiktoken"]
-    holds = _GUARD.setdefault("qwen3_6", _holding(odd))
-    assert holds(before + odd[which] + after)
+    assert _qwen36_guard()(before + odd[which] + after)
 
 
-_GUARD: dict[str, object] = {}
+@lru_cache(maxsize=1)
+def _qwen36_guard() -> Callable[[str], bool]:
+    """Qwen3.6's odd-token guard, made once for the tests and their examples."""
+    from budgeter.tokenizers.odd import ODD
+    from budgeter.tokenizers.twin import _holding
+
+    return _holding(ODD["qwen3_6.tiktoken"])
 
 
 def test_odd_guard_passes_text_without_one():
     """Text that holds no odd token, in ASCII or not, is not sent to tiktoken: the guard is not a
     blanket True that would leave every count to the slower tokenizer."""
     from budgeter.core import engine
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import _holding
 
-    holds = _GUARD.setdefault("qwen3_6", _holding(ODD["qwen3_6.tiktoken"]))
+    holds = _qwen36_guard()
     texts = [Path(engine.__file__).read_text(), "Привет, мир: документ открыт.", "这是一个测试文本，包含中文。",
              "def f(x):\n    return {'ok': x}  # naïve café ✓", ""]
     assert [holds(t) for t in texts] == [False] * len(texts)
