@@ -111,6 +111,9 @@ class Context:
     form (None: look at every failed call)."""
     _delta: int = 0
     _counted: View | None = None
+    _summed: tuple[View | None, int] = (None, 0)
+    """The last view summed and its sum: a step that changes nothing hands the next one the view it
+    was given, and a step's closing estimate is the next one's opening estimate."""
 
     @property
     def history(self) -> Sequence[Message]:
@@ -141,8 +144,12 @@ class Context:
         return self.counter.message_cost(m)
 
     def _sum(self, view: View) -> int:
-        cost = self.counter.message_cost
-        return sum(cost(i.message) for i in view)
+        last, total = self._summed
+        if view is not last:
+            cost = self.counter.message_cost
+            total = sum(cost(i.message) for i in view)
+            self._summed = (view, total)
+        return total
 
 
 def run(steps: Sequence[CompactionStep], view: View, ctx: Context) -> tuple[View, list[StepReport]]:

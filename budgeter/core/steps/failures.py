@@ -162,7 +162,11 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     log = ctx.log
     memo = log.memo.setdefault("tidy_failures", {})
     latest = log.memo.setdefault("tidy_failures_latest", {})  # per failed call: its last lookup
-    state = (f.ref, len(_run(f, log)), log.answered(f.ref), log.resolved_by.get(f.ref), pressed,
+    answered = log.answered(f.ref)
+    # pressure changes only a failure kept verbatim (not answered yet): for the others a compacting
+    # build finds the collapse the build before it made, instead of making it again
+    pressed = pressed and ctx.policy.keep_latest_failure and not answered
+    state = (f.ref, len(_run(f, log)), answered, log.resolved_by.get(f.ref), pressed,
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
     last = latest.get(f.ref)  # the same items as last build (most builds): no hashing of items
     if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
