@@ -18,11 +18,11 @@ It is taken only when it is checked on the spot:
 - nothing before the anchor can change its text: no message before it changed, and where the
   template drops earlier reasoning once a user speaks, no message before it carries reasoning.
 
-Otherwise the whole conversation is rendered, and an anchor for the next turn is found (and
-checked) the same way. ``audit_every`` builds also render in full and compare; a difference
-turns the window off for the profile for good (``Windowed.off``). A template that reads the date
-renders whole when the date changes (it sits before any window); one that reads the clock
-(``strftime_now``) always renders whole.
+Otherwise the whole conversation is rendered, and anchors for the next turn are found (and
+checked) the same way, by the next build before it looks for a window. ``audit_every`` builds
+also render in full and compare; a difference turns the window off for the profile for good
+(``Windowed.off``). A template that reads the date renders whole when the date changes (it sits
+before any window); one that reads the clock (``strftime_now``) always renders whole.
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ class RenderMemo:
     mark: Mark | None = None
     """After a windowed render: the start of the piece that holds position ``agreed`` in ``text``
     and the tokens of ``text`` from there (the next build scans from it, not back from a guess)."""
+    pending: bool = False
+    """A full render's anchors are still to be found: by the next build that looks for them, not
+    by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
 
     def shared_with(self, serial: int, text: Text) -> tuple[int, Mark | None]:
         """A length ``text`` is known to share with render ``serial``'s text (0 when unknown), and
@@ -215,15 +218,19 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.mark = mark if got is not None else None
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
-    if got is None and worth:
-        _anchor_for(state, memo, dicts, len(dicts), render_fn)
+    memo.pending = got is None and worth
     return total, text
 
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
               ) -> tuple[int, Text, dict[int, int], int, Mark] | None:
-    if not memo.anchors or (memo.tools is not tools and memo.tools != tools):
+    if memo.tools is not tools and memo.tools != tools:
+        return None
+    if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
+        memo.pending = False
+        _anchor_for(state, memo, memo.dicts, len(memo.dicts), render_fn)
+    if not memo.anchors:
         return None
     same = common_length(memo.dicts, dicts)
     ends = [i for i in memo.anchors if i <= same]

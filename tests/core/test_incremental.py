@@ -120,6 +120,31 @@ def test_most_turns_of_an_agent_session_render_only_a_window(counter):
     assert plain > 10 and windowed >= 0.8 * plain, (windowed, plain)
 
 
+def test_a_full_render_leaves_finding_its_anchors_to_the_next_build():
+    """The build that renders in full (a compacting build, the slowest of a session) does not
+    look for the next turn's anchors; the next build finds them, renders a window, and both
+    counts are the full render's."""
+    counter = resolve("qwen3.6")
+    session = Session(counter, policy=Policy(), tools=TOOLS)
+
+    def turn(n: int) -> list[Message]:
+        call = ToolCall(f"c{n}", "read_file", json.dumps({"path": f"a{n}.py"}))
+        return [Message("assistant", f"reading {n}", tool_calls=(call,)),
+                Message("tool", f"contents of a{n}.py\n" * 20, tool_call_id=call.id)]
+
+    session.append([Message("system", "You are careful."), Message("user", "Build it."),
+                    *[m for n in range(6) for m in turn(n)]])
+    full, windowed = counter.windowed.full, counter.windowed.windowed
+    result = session.build()  # the first build: rendered in full
+    assert counter.windowed.full == full + 1
+    assert session._memo.pending and not session._memo.anchors
+    assert result.tokens == counter.count_prompt(list(result.messages), TOOLS)
+    session.append(turn(6))
+    result = session.build()
+    assert counter.windowed.windowed == windowed + 1 and not session._memo.pending
+    assert result.tokens == counter.count_prompt(list(result.messages), TOOLS)
+
+
 def test_a_template_that_numbers_messages_stays_exact(tiny_bpe_path, tmp_path):
     """A window renders ``loop.index`` from its own start: the overlap check sees that the numbers
     differ from the previous text and renders in full (a window is kept only where its numbers
