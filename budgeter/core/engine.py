@@ -184,7 +184,7 @@ class Session:
             if self._last_text:
                 known, mark = self._memo.shared_with(self._last_render, ctx.text)
                 changed = shared_prefix(self._last_text, ctx.text, known=known)
-                return ctx.total - after(ctx.text, changed, mark=mark)
+                return ctx.total - after(ctx.text, changed, mark=mark, total=ctx.total)
         # no text form: the plan costs of the shared messages, summed only past the previous prompt
         sums = self._last_sums[:same + 1] if len(self._last_sums) == len(self._last) + 1 else [0]
         total = sums[-1]

@@ -56,11 +56,14 @@ def test_counting_a_rope_equals_counting_its_text(base: str, tails: list[str], d
     for tail in tails:
         at = data.draw(st.integers(0, len(text)))
         text, made = text[:at] + tail, rope.cut(made, at, tail)
+    total = pieces.count(text)
     for chars in range(len(text) + 1):
         assert pieces.piece_start(made, chars) == pieces.piece_start(text, chars)
         known = pieces.piece_start(text, chars // 2)
         assert pieces.piece_start(made, chars, known) == pieces.piece_start(text, chars, known)
-        assert pieces.tokens_after(made, chars) == pieces.tokens_after(text, chars)
+        after = pieces.tokens_after(text, chars)  # the suffix split
+        assert pieces.tokens_after(made, chars) == after
+        assert pieces.tokens_after(made, chars, total=total) == after  # the shorter side split
     other = text[:len(text) // 2] + "x"
     assert shared_prefix(made, other) == shared_prefix(text, other)
 
