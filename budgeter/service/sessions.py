@@ -111,11 +111,12 @@ class Sessions:
                etag: str = "") -> AppendResult:
         sid = session_id_of(name)
         texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]  # serialized once
-        self.check_sizes([len(t.encode()) for t in texts])
+        encoded = [t.encode() for t in texts]  # encoded once: for the size limits and the fingerprint
+        self.check_sizes([len(b) for b in encoded])
         live = self.replica.cached(sid)
         if live is not None and _at(live, etag):  # current unless another writer came between: the
             try:                                   # store checks that; only then is the session read
-                return self._append(live, messages, texts, request_id, etag, unread=True)
+                return self._append(live, messages, texts, encoded, request_id, etag, unread=True)
             except EtagMismatch:
                 if etag:  # the store is past the caller's etag: the caller's conflict, not ours
                     raise
@@ -127,15 +128,16 @@ class Sessions:
         for _ in range(2):
             live = self.replica.sync(sid)  # the verdicts need the session's tools and earlier failures
             try:
-                return self._append(live, messages, texts, request_id, etag)
+                return self._append(live, messages, texts, encoded, request_id, etag)
             except StaleIncarnation:
                 self.replica.forget(sid)
         raise EtagMismatch("the session was replaced while appending; retry",
                            metadata={"session": sid})
 
-    def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str],
+    def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str], encoded: Sequence[bytes],
                 request_id: str, etag: str, *, unread: bool = False) -> AppendResult:
-        """``texts``: each message as stored JSON; the record wraps it with its counts. ``unread``:
+        """``texts``: each message as stored JSON, the record wraps it with its counts; ``encoded``:
+        the same as UTF-8. ``unread``:
         ``live`` was not caught up with the store first, so the store must find it at the same
         version (EtagMismatch otherwise: without an etag, the caller reads the session and appends
         again)."""
@@ -162,9 +164,9 @@ class Sessions:
                 fingerprint=fp, result=dumps_compact(results), expected_version=expected)
 
         try:
-            outcome = store_append(fingerprint(texts))
+            outcome = store_append(fingerprint(encoded))
         except RequestIdReused:  # maybe first sent to a replica that stored JSON with spaces
-            outcome = store_append(fingerprint([dumps_text(loads(t)) for t in texts]))
+            outcome = store_append(fingerprint([dumps_text(loads(t)).encode() for t in texts]))
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
             facts if previewed_at == outcome.first_index else None, events=outcome.events)
@@ -314,12 +316,12 @@ def check_tools(tools: Any) -> list[JSONDict]:
     return list(tools)
 
 
-def fingerprint(texts: Sequence[str]) -> str:
+def fingerprint(texts: Sequence[bytes]) -> str:
     """Identifies an append's content (its messages as stored JSON, whose key order is fixed),
     so a reused request_id with other messages is caught."""
     digest = hashlib.sha256()
     for text in texts:
-        digest.update(text.encode())
+        digest.update(text)
         digest.update(b"\n")  # JSON text never holds a raw newline
     return digest.hexdigest()[:32]
 

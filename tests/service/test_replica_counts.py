@@ -144,7 +144,8 @@ def test_a_retry_of_an_append_an_older_replica_stored_replays(redis_url):
     old_texts = [dumps_text(to_openai(m, extensions=True)) for m in batch]
     assert ", " in old_texts[0]  # the older form, spaces after separators
     store.append("old", [StoredMessage(t, "qwen3.6", 5).encode() for t in old_texts],
-                 incarnation=info.record.incarnation, request_id="r1", fingerprint=fingerprint(old_texts),
+                 incarnation=info.record.incarnation, request_id="r1",
+                 fingerprint=fingerprint([t.encode() for t in old_texts]),
                  result=json.dumps([[5, [], None] for _ in batch]))
     again = sessions.append("old", batch, request_id="r1")
     assert again.replayed and [a.index for a in again.messages] == list(range(len(batch)))
