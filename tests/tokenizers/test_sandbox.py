@@ -72,10 +72,19 @@ CONVERSATION = [
     "{{ messages[0].missing is defined }}{{ messages[0].missing|default('d') }}{{ (messages|last).tool_call_id }}",
     "{%- set ns = namespace(found=none) %}{%- for m in messages %}{%- if m.role == 'tool' %}"
     "{%- set ns.found = m.tool_call_id %}{% endif %}{% endfor %}{{ ns.found }}{{ messages[1].get('role') }}",
+    # loop and namespace attributes read in line: plain values, undefined ones at a loop's ends, a
+    # callable held in a namespace, a missing name, a namespace field named like a loop attribute
+    "{%- set ns = namespace(n=0, last=none, first=messages[0], get=messages[0].get) %}"
+    "{%- for m in messages %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
+    "{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.depth }}{{ loop.previtem.role if loop.previtem is defined }}"
+    "{{ loop.nextitem is defined }}{{ loop.cycle('a', 'b') }}{%- set ns.n = ns.n + loop.index %}"
+    "{%- set ns.last = m.role %}{% endfor %}{{ ns.n }}{{ ns.last }}{{ ns.first.role }}{{ ns.get('role') }}"
+    "{{ ns.missing is defined }}",
 ])
 def test_direct_macro_calls_and_fields_in_line_render_as_transformers_does(source):
     ours = JinjaFormat(source, name="probe")
     assert "_bf" in ours._template.root_render_func.__code__.co_varnames or "." not in source
+    assert "_bv" in ours._template.root_render_func.__code__.co_varnames or not ("loop." in source or "ns." in source)
     got = ours.render(CONVERSATION, None, add_generation_prompt=False)
     from transformers.utils.chat_template_utils import _compile_jinja_template
 

@@ -115,6 +115,11 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+_LOOP_FIELDS = frozenset({"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                          "depth0", "previtem", "nextitem"})
+_PLAIN = frozenset({int, bool, float, str, dict, list, tuple, type(None)})
+"""Types whose values are never callable: ``getattr_`` hands such a loop or namespace attribute back
+as it is."""
 
 
 def _inline_dict_fields(template: Any, source: str) -> Any:
@@ -123,8 +128,14 @@ def _inline_dict_fields(template: Any, source: str) -> Any:
     name that is not a dict attribute is ``x['name']`` when the key is there (the sandbox's and the
     patched ``getattr_``'s alike). The generated code now tests that first and calls the
     environment only otherwise (a missing key, a loop, a str method...): a window render of
-    Qwen3.6 reads ~100 fields. The template as compiled is kept where this does not compile."""
+    Qwen3.6 reads ~100 fields. A loop's attributes (``loop.index0``, ``loop.previtem``...) and a
+    namespace's (``ns.multi_step_tool``) are read in line too where their value is a plain one
+    (a number, a string, a dict or list, none), which ``getattr_`` would have answered alike:
+    Qwen3.6's window render reads ~30 of them, each a call of ``getattr_`` before. The template as
+    compiled is kept where this does not compile."""
     env = template.environment
+    env._budgeter_plain = _PLAIN
+    env._budgeter_ns = env.globals.get("namespace")  # transformers' namespace class
     compiled_by = env.code_generator_class
     env.code_generator_class = _inline_generator()
     try:
@@ -149,7 +160,14 @@ def _inline_generator() -> type:
                 return
             self.write(f"(_bf[{name!r}] if type(_bf := ")
             self.visit(node.node, frame)
-            self.write(f") is dict and {name!r} in _bf else environment.getattr(_bf, {name!r}))")
+            self.write(f") is dict and {name!r} in _bf else ")
+            plain = "in environment._budgeter_plain else "
+            if name in _LOOP_FIELDS:  # attributes every LoopContext has (no AttributeError)
+                self.write(f"_bv if type(_bf) is LoopContext and type(_bv := _bf.{name}) {plain}")
+            if not name.startswith("_"):  # a namespace holds its values in a dict of its own
+                self.write(f"_bv if type(_bf) is environment._budgeter_ns and {name!r} in "
+                           f"(_ba := _bf._Namespace__attrs) and type(_bv := _ba[{name!r}]) {plain}")
+            self.write(f"environment.getattr(_bf, {name!r}))")
 
     return Inline
 
