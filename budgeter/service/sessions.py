@@ -113,10 +113,11 @@ class Sessions:
         texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]  # serialized once
         encoded = [t.encode() for t in texts]  # encoded once: for the size limits and the fingerprint
         self.check_sizes([len(b) for b in encoded])
+        fp = fingerprint(encoded)
         live = self.replica.cached(sid)
         if live is not None and _at(live, etag):  # current unless another writer came between: the
             try:                                   # store checks that; only then is the session read
-                return self._append(live, messages, texts, encoded, request_id, etag, unread=True)
+                return self._append(live, messages, texts, fp, request_id, etag, unread=True)
             except EtagMismatch:
                 if etag:  # the store is past the caller's etag: the caller's conflict, not ours
                     raise
@@ -128,16 +129,16 @@ class Sessions:
         for _ in range(2):
             live = self.replica.sync(sid)  # the verdicts need the session's tools and earlier failures
             try:
-                return self._append(live, messages, texts, encoded, request_id, etag)
+                return self._append(live, messages, texts, fp, request_id, etag)
             except StaleIncarnation:
                 self.replica.forget(sid)
         raise EtagMismatch("the session was replaced while appending; retry",
                            metadata={"session": sid})
 
-    def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str], encoded: Sequence[bytes],
+    def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str], fp: str,
                 request_id: str, etag: str, *, unread: bool = False) -> AppendResult:
-        """``texts``: each message as stored JSON, the record wraps it with its counts; ``encoded``:
-        the same as UTF-8. ``unread``:
+        """``texts``: each message as stored JSON, the record wraps it with its counts; ``fp``:
+        their ``fingerprint``. ``unread``:
         ``live`` was not caught up with the store first, so the store must find it at the same
         version (EtagMismatch otherwise: without an etag, the caller reads the session and appends
         again)."""
@@ -164,7 +165,7 @@ class Sessions:
                 fingerprint=fp, result=dumps_compact(results), expected_version=expected)
 
         try:
-            outcome = store_append(fingerprint(encoded))
+            outcome = store_append(fp)
         except RequestIdReused:  # maybe first sent to a replica that stored JSON with spaces
             outcome = store_append(fingerprint([dumps_text(loads(t)).encode() for t in texts]))
         current = not outcome.replayed and self.replica.written(
