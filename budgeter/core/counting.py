@@ -49,7 +49,8 @@ def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:
 
 
 class PieceCounter:
-    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000,
+                 max_segment_chars: int = 16 << 20) -> None:
         self.tokenizer = tokenizer
         pattern = tokenizer.special_pattern()
         self._split = re.compile(f"({pattern})").split if pattern else None
@@ -58,12 +59,67 @@ class PieceCounter:
         self._max = max_pieces
         self.chars_tokenized = 0
         self.pieces_tokenized = 0
+        self.delimiter = ""
+        """A special token that no other one overlaps (``delimit``): texts are cut at it first, and
+        the counts of the segments between are cached (``count``). Empty: none chosen."""
+        self._segments: dict[str, int] = {}
+        self._segment_chars = 0
+        self._max_segment_chars = max_segment_chars
+
+    def delimit(self, sample: str) -> str:
+        """Choose the delimiter: of the special tokens in ``sample`` (a template's render of a short
+        conversation), the most frequent one that is safe to cut at (``_isolated``): a turn's start
+        token, such as ``<start_of_turn>``, ``<|im_start|>`` or ``<|start_header_id|>``. Returns it
+        ('' when none is safe: texts are then split whole, as before)."""
+        specials = getattr(self.tokenizer, "specials", None)
+        if self._split is None or not specials:
+            return ""
+        found = self._split(sample)[1::2]
+        for token in sorted(set(found), key=lambda t: (-found.count(t), found.index(t))):
+            if _isolated(token, specials):
+                self.delimiter = token
+                break
+        return self.delimiter
 
     def count(self, text: str) -> int:
+        """Tokens of ``text``. With a delimiter, the text is cut at it (a C-level search for one
+        literal) and each segment's count is looked up, so that text counted before (a window's
+        messages, already counted alone; a whole render's history) is hashed, not split again by
+        the special-token pattern: Gemma 3's 6,384 added tokens, 31 of them newline runs, make
+        that split ~7 ns a character, against ~0.5 to cut and hash. Exact: the delimiter is a
+        special token that no other one overlaps, so the split of the whole text matches it at
+        each of its occurrences and no match crosses one; the count of the text is then the
+        segments' counts plus one per delimiter."""
+        if self.delimiter:
+            segments = text.split(self.delimiter)
+            try:
+                return len(segments) - 1 + sum(map(self._segments.__getitem__, segments))
+            except KeyError:
+                return len(segments) - 1 + sum(map(self._segment, segments))
+        return self._count(text)
+
+    def _count(self, text: str) -> int:
         if self._split is None:
             return self._pieces([text])
         parts = self._split(text)
         return len(parts) // 2 + self._pieces(parts[0::2])
+
+    def _segment(self, segment: str) -> int:
+        n = self._segments.get(segment)
+        if n is None:
+            n = self._keep(segment, self._count(segment))
+        return n
+
+    def _keep(self, segment: str, n: int) -> int:
+        segments = self._segments
+        if segment not in segments:
+            if self._segment_chars + len(segment) > self._max_segment_chars:  # drop the oldest half
+                for key in list(segments)[: len(segments) // 2 + 1]:
+                    self._segment_chars -= len(key)
+                    del segments[key]
+            segments[segment] = n
+            self._segment_chars += len(segment)
+        return n
 
     def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
@@ -121,11 +177,23 @@ class PieceCounter:
         return self.counted(text)[1]
 
     def counted(self, text: str) -> tuple[int, list[int]]:
-        """``count(text)`` and the counts of its non-empty pieces, from one split."""
-        parts = self._split(text) if self._split is not None else [text]
-        pieces = [p for p in parts[0::2] if p]
-        total = self._pieces(pieces)
-        return len(parts) // 2 + total, list(map(self._cache.__getitem__, pieces))
+        """``count(text)`` and the counts of its non-empty pieces. With a delimiter, the counts of
+        the text's segments are kept too: a message's lone render, counted here, is most of the
+        segment that holds the message in a window."""
+        if not self.delimiter:
+            parts = self._split(text) if self._split is not None else [text]
+            pieces = [p for p in parts[0::2] if p]
+            total = self._pieces(pieces)
+            return len(parts) // 2 + total, list(map(self._cache.__getitem__, pieces))
+        segments = text.split(self.delimiter)
+        total, counts = len(segments) - 1, []
+        for segment in segments:
+            parts = self._split(segment)  # type: ignore[misc]  # (a delimiter implies a split)
+            pieces = [p for p in parts[0::2] if p]
+            n = self._keep(segment, len(parts) // 2 + self._pieces(pieces))
+            counts += map(self._cache.__getitem__, pieces)
+            total += n
+        return total, counts
 
     def seed(self, text: str, counts: Sequence[int]) -> bool:
         """Learn piece counts computed elsewhere (another replica) for ``text``; False when they
@@ -165,6 +233,22 @@ class PieceCounter:
         self.pieces_tokenized += len(texts)
 
 
+def _isolated(token: str, specials: Sequence[str]) -> bool:
+    """Whether texts can be cut at ``token`` and each part split alone, as the split of the whole
+    text would: it starts and ends with a character no whitespace-absorbing token takes, and no
+    special token (``token`` itself included) overlaps it: none holds it or is held in it, and
+    none ends with what it starts with, or starts with what it ends with."""
+    if not token or token[0].isspace() or token[-1].isspace():
+        return False
+    for other in specials:
+        if other != token and (token in other or other in token):
+            return False
+        for k in range(1, min(len(token), len(other))):
+            if other.endswith(token[:k]) or token.endswith(other[:k]):
+                return False
+    return True
+
+
 class TemplateCounter:
     """PromptCounter over a chat format and a tokenizer, with an optional fallback adapter that
     rewrites messages for templates that cannot render tools, tool calls or tool roles."""
@@ -194,6 +278,18 @@ class TemplateCounter:
         self._costs: dict[Message, int] = {}
         self.frames = self._frames(fmt)
         """Lone renders made from a frame per shape of message (``core/frames.py``)."""
+        self.pieces.delimit(self._probe())
+
+    def _probe(self) -> str:
+        """The template's render of a short conversation ('' if it refuses one): where its turn
+        tokens show, for ``PieceCounter.delimit``."""
+        probe = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                 {"role": "user", "content": "Bye"}]
+        try:
+            dicts, _ = self.adapter(probe, ()) if self.adapter is not None else (probe, ())
+            return self.format.render(dicts, None, add_generation_prompt=True)
+        except Exception:  # any template error: no delimiter, texts split whole
+            return ""
 
     def _frames(self, fmt: ChatFormat) -> Frames | None:
         tracing = getattr(fmt, "tracing", None)

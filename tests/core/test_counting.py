@@ -74,3 +74,43 @@ def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, part
     after = counter.count(text[start:]) if chars < len(text) else 0
     assert counter.tokens_after(text, chars) == after
     assert counter.tokens_after(text, chars, mark=(known, counter.count(text[known:]))) == after
+
+
+def _with_tokens(path: str, *tokens: str, lstrip: tuple[str, ...] = ()) -> HFTokenizer:
+    from tokenizers import AddedToken, Tokenizer
+
+    hf = Tokenizer.from_file(path)
+    hf.add_special_tokens([AddedToken(t, special=True, lstrip=t in lstrip) for t in tokens])
+    return HFTokenizer(hf, name="delimited")
+
+
+def test_the_delimiter_is_the_most_frequent_special_token_no_other_overlaps(tiny_bpe_path):
+    """A token that another one holds, or whose ends another one's ends overlap, is never chosen
+    (a text cut there would be split otherwise than whole); nor one that starts or ends with
+    whitespace (a whitespace-absorbing token could take it)."""
+    sample = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>assistant\n"
+    assert PieceCounter(HFTokenizer.from_file(tiny_bpe_path, name="tiny")).delimit(sample) == "<|im_start|>"
+    for holder in ("<|im_start|>\n", "x<|im_start|>", "|im_start|"):
+        assert PieceCounter(_with_tokens(tiny_bpe_path, holder)).delimit(sample) == "<|im_end|>"
+    overlapped = PieceCounter(_with_tokens(tiny_bpe_path, "end|><|im_st", "<|im_end|>\n<|im"))
+    assert overlapped.delimit(sample) == ""
+    assert PieceCounter(_with_tokens(tiny_bpe_path, "\n")).delimit("\n\n<|im_end|>\n") == "<|im_end|>"
+    assert PieceCounter(_with_tokens(tiny_bpe_path, " <x>")).delimit(" <x> <x> <x>") == ""
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(["a", "b c", " ", "\n", "<|im_start|>", "<|im_end|>", "<|im_", "start|>",
+                                 "<x>", "\n\n", "|>"]), max_size=40))
+def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
+    """Cut at the delimiter, counted by segments (cached from a lone count or not), a text counts
+    as its whole split counts, and its pieces' counts are the same: also beside whitespace-absorbing
+    tokens and newline tokens."""
+    tok = _with_tokens(tiny_bpe_path, "<x>", "\n", "\n\n", lstrip=("<x>",))
+    whole, cut = PieceCounter(tok), PieceCounter(tok, max_segment_chars=40)
+    assert cut.delimit("<|im_start|>a<|im_end|><|im_start|>b") == "<|im_start|>"
+    text = "".join(parts)
+    fresh = PieceCounter(tok)
+    fresh.delimit("<|im_start|>")
+    assert fresh.counted(text) == whole.counted(text)  # segments learnt from a lone count...
+    assert fresh.count(text) == cut.count(text) == whole.count(text)  # ...and from a count
+    assert cut._segment_chars == sum(map(len, cut._segments)) <= 40 + len(text)
