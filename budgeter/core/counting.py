@@ -158,14 +158,30 @@ class PieceCounter:
         if special is None:
             return 0
         if known >= 0:
-            return max(known, _last_end(special, text, known, chars))
+            return max(known, _last_end(special, text, self._aligned(text, known, chars), chars))
         lo = chars
         while lo > 0:
             lo = max(0, lo - 8192)
-            end = _last_end(special, text, lo, chars)
+            end = _last_end(special, text, self._aligned(text, lo, chars), chars)
             if end >= 0:
                 return end
         return 0
+
+    def _aligned(self, text: Text, lo: int, chars: int) -> int:
+        """Where to start scanning for the last special token that ends at or before ``chars``:
+        the last delimiter that does, from ``lo`` on (the split of the whole text matches every
+        delimiter, so the scan finds the same tokens from there), else ``lo``. Gemma 3's scans
+        (a match a line, each a step of a Python loop) went from ~4,400 to ~2,250 characters a
+        turn."""
+        delimiter = self.delimiter
+        if not delimiter or chars - lo < 256:
+            return lo
+        if isinstance(text, str):
+            at = text.rfind(delimiter, lo, chars)
+        else:
+            at = text[lo:chars].rfind(delimiter)
+            at = at + lo if at >= 0 else -1
+        return at if at >= 0 else lo
 
     def ordinary(self, text: str) -> list[str]:
         """The non-empty pieces between special tokens, in order."""

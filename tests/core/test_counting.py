@@ -54,17 +54,21 @@ def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.sampled_from(["a", "b c", "\n", "<|im_end|>", "<|im_start|>", "<|im_", "end|>"]), max_size=40),
-       st.data())
-def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, parts, data):
+@given(st.lists(st.sampled_from(["a", "b c", "\n", "<|im_end|>", "<|im_start|>", "<|im_", "end|>",
+                                 "x" * 100]), max_size=40),
+       st.booleans(), st.data())
+def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, parts, delimited, data):
     """Where a piece starts, from a guess or from a known piece start, is where the split of the
     whole text says: also where a position falls between the two newlines of one ``\\n\\n`` token
-    (cut there, the text would end with a one-newline token); a mark gives the same count."""
+    (cut there, the text would end with a one-newline token), and with a delimiter, where the scan
+    starts at the last one before the position; a mark gives the same count."""
     from tokenizers import AddedToken, Tokenizer
 
     hf = Tokenizer.from_file(tiny_bpe_path)
     hf.add_special_tokens([AddedToken("\n\n", special=True), AddedToken("\n", special=True)])
     counter = PieceCounter(HFTokenizer(hf, name="newlines"))
+    if delimited:
+        assert counter.delimit("<|im_start|>") == "<|im_start|>"
     text = "".join(parts)
     chars = data.draw(st.integers(0, len(text)))
     start = _reference_start(counter, text, chars)
@@ -114,3 +118,14 @@ def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
     assert fresh.counted(text) == whole.counted(text)  # segments learnt from a lone count...
     assert fresh.count(text) == cut.count(text) == whole.count(text)  # ...and from a count
     assert cut._segment_chars == sum(map(len, cut._segments)) <= 40 + len(text)
+
+
+def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bpe_path):
+    """The scan starts at the last delimiter that ends at or before the position: one that the
+    position falls inside holds no token that ends there, and the tokens before it still count."""
+    counter = PieceCounter(HFTokenizer.from_file(tiny_bpe_path, name="tiny"))
+    assert counter.delimit("<|im_start|>") == "<|im_start|>"
+    text = "a<|im_end|>" + "x" * 300 + "<|im_start|>b"
+    for chars in range(len(text) - 10, len(text)):
+        expected = _reference_start(counter, text, chars)
+        assert counter.piece_start(text, chars) == counter.piece_start(text, chars, known=0) == expected
