@@ -111,10 +111,17 @@ class PieceCounter:
         return n
 
     def _keep(self, segment: str, n: int) -> int:
+        """Keep ``n`` as the count of ``segment`` (not one longer than a quarter of the room:
+        a single large text, such as a ``CountTokens`` of a file, would push out every window's
+        segments and stay over the bound)."""
         segments = self._segments
-        if segment not in segments:
+        if segment not in segments and len(segment) <= self._max_segment_chars // 4:
             if self._segment_chars + len(segment) > self._max_segment_chars:  # drop the oldest half
                 for key in list(segments)[: len(segments) // 2 + 1]:
+                    self._segment_chars -= len(key)
+                    del segments[key]
+                while self._segment_chars + len(segment) > self._max_segment_chars:  # (large ones were newer)
+                    key = next(iter(segments))
                     self._segment_chars -= len(key)
                     del segments[key]
             segments[segment] = n

@@ -117,7 +117,8 @@ def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
     fresh.delimit("<|im_start|>")
     assert fresh.counted(text) == whole.counted(text)  # segments learnt from a lone count...
     assert fresh.count(text) == cut.count(text) == whole.count(text)  # ...and from a count
-    assert cut._segment_chars == sum(map(len, cut._segments)) <= 40 + len(text)
+    assert cut._segment_chars == sum(map(len, cut._segments)) <= 40
+    assert all(len(segment) <= 10 for segment in cut._segments)  # a quarter of the room at most
 
 
 def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bpe_path):
@@ -129,3 +130,16 @@ def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bp
     for chars in range(len(text) - 10, len(text)):
         expected = _reference_start(counter, text, chars)
         assert counter.piece_start(text, chars) == counter.piece_start(text, chars, known=0) == expected
+
+
+def test_the_segment_counts_kept_stay_within_their_room(tiny_bpe_path):
+    """Many short segments kept first and long ones after: dropping the oldest half does not make
+    room for the next long one, so older ones go until it fits; a segment longer than a quarter of
+    the room is counted and not kept."""
+    counter = PieceCounter(HFTokenizer.from_file(tiny_bpe_path, name="tiny"), max_segment_chars=40)
+    assert counter.delimit("<|im_start|>a<|im_start|>b") == "<|im_start|>"
+    texts = [*"bcdefg", "h" * 9, "i" * 9, "j" * 9, "k" * 7, "l" * 10, "m" * 11]
+    for text in texts:
+        assert counter.count(text) == PieceCounter(counter.tokenizer).count(text)
+        assert counter._segment_chars == sum(map(len, counter._segments)) <= 40
+    assert list(counter._segments) == ["i" * 9, "j" * 9, "k" * 7, "l" * 10]
