@@ -76,10 +76,19 @@ class PieceCounter:
             return ""
         found = self._split(sample)[1::2]
         for token in sorted(set(found), key=lambda t: (-found.count(t), found.index(t))):
-            if _isolated(token, specials):
+            if _isolated(token, specials) and self._alone(token):
                 self.delimiter = token
                 break
         return self.delimiter
+
+    def _alone(self, token: str) -> bool:
+        """Whether the pattern matches ``token`` between spaces as itself alone: not a token
+        that takes the whitespace beside it (lstrip/rstrip), which would take a neighbouring
+        segment's."""
+        assert self._special is not None
+        text = f" {token} "
+        spans = [m.span() for m in self._special.finditer(text) if m.start() <= len(token) and m.end() > 1]
+        return spans == [(1, 1 + len(token))]
 
     def count(self, text: str) -> int:
         """Tokens of ``text``. With a delimiter, the text is cut at it (a C-level search for one

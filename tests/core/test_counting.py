@@ -100,6 +100,12 @@ def test_the_delimiter_is_the_most_frequent_special_token_no_other_overlaps(tiny
     assert overlapped.delimit(sample) == ""
     assert PieceCounter(_with_tokens(tiny_bpe_path, "\n")).delimit("\n\n<|im_end|>\n") == "<|im_end|>"
     assert PieceCounter(_with_tokens(tiny_bpe_path, " <x>")).delimit(" <x> <x> <x>") == ""
+    for strip in ("lstrip", "rstrip"):  # it would take the whitespace of the segment beside it
+        from tokenizers import AddedToken, Tokenizer
+
+        hf = Tokenizer.from_file(tiny_bpe_path)
+        hf.add_special_tokens([AddedToken("<x>", special=True, **{strip: True})])
+        assert PieceCounter(HFTokenizer(hf, name=strip)).delimit("<x><x><x>" + sample) == "<|im_start|>"
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
