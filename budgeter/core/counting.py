@@ -218,7 +218,8 @@ class PieceCounter:
             total = self._pieces(pieces)
             return len(parts) // 2 + total, list(map(self._cache.__getitem__, pieces))
         segments = text.split(self.delimiter)
-        total, counts = len(segments) - 1, []
+        total = len(segments) - 1
+        counts: list[int] = []
         for segment in segments:
             parts = self._split(segment)  # type: ignore[misc]  # (a delimiter implies a split)
             pieces = [p for p in parts[0::2] if p]
