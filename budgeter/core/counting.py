@@ -213,20 +213,21 @@ class PieceCounter:
         the text's segments are kept too: a message's lone render, counted here, is most of the
         segment that holds the message in a window."""
         if not self.delimiter:
-            parts = self._split(text) if self._split is not None else [text]
-            pieces = [p for p in parts[0::2] if p]
-            total = self._pieces(pieces)
-            return len(parts) // 2 + total, list(map(self._cache.__getitem__, pieces))
+            return self._counted(text)
         segments = text.split(self.delimiter)
         total = len(segments) - 1
         counts: list[int] = []
         for segment in segments:
-            parts = self._split(segment)  # type: ignore[misc]  # (a delimiter implies a split)
-            pieces = [p for p in parts[0::2] if p]
-            n = self._keep(segment, len(parts) // 2 + self._pieces(pieces))
-            counts += map(self._cache.__getitem__, pieces)
-            total += n
+            n, more = self._counted(segment)
+            total += self._keep(segment, n)
+            counts += more
         return total, counts
+
+    def _counted(self, text: str) -> tuple[int, list[int]]:
+        parts = self._split(text) if self._split is not None else [text]
+        pieces = [p for p in parts[0::2] if p]
+        total = len(parts) // 2 + self._pieces(pieces)
+        return total, list(map(self._cache.__getitem__, pieces))
 
     def seed(self, text: str, counts: Sequence[int]) -> bool:
         """Learn piece counts computed elsewhere (another replica) for ``text``; False when they

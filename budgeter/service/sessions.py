@@ -138,10 +138,9 @@ class Sessions:
     def _append(self, live: Live, messages: Sequence[Message], texts: Sequence[str], fp: str,
                 request_id: str, etag: str, *, unread: bool = False) -> AppendResult:
         """``texts``: each message as stored JSON, the record wraps it with its counts; ``fp``:
-        their ``fingerprint``. ``unread``:
-        ``live`` was not caught up with the store first, so the store must find it at the same
-        version (EtagMismatch otherwise: without an etag, the caller reads the session and appends
-        again)."""
+        their ``fingerprint``. ``unread``: ``live`` was not caught up with the store first, so the
+        store must find it at the same version (EtagMismatch otherwise: without an etag, the
+        caller reads the session and appends again)."""
         info = live.info
         cfg = info.config
         counter = self.profiles.counter(cfg.tokenizer)
