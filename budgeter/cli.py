@@ -410,6 +410,8 @@ def serve(
         settings.tokens()
     except (ValidationError, ValueError, OSError) as exc:
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
+    if settings.grpc_experiments and "GRPC_EXPERIMENTS" not in os.environ and "grpc" not in sys.modules:
+        os.environ["GRPC_EXPERIMENTS"] = settings.grpc_experiments  # read once, by the import below
     from budgeter.service.server import serve as run
 
     try:

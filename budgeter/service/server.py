@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import threading
 import time
@@ -270,8 +271,10 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGINT, on_signal)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
     pinned = f", cpus {span(settings.cpus)}" if settings.cpus else ""
+    experiments = os.environ.get("GRPC_EXPERIMENTS", "")
+    grpc_env = f", grpc experiments {experiments}" if experiments else ""
     print(f"budgeter: serving on {settings.host}:{server.port} "
-          f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'}{pinned})", flush=True)
+          f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'}{grpc_env}{pinned})", flush=True)
     while not done.wait(0.25):  # a signal delivered to another thread does not wake a plain wait()
         pass
     server.stop(settings.grace)

@@ -129,6 +129,31 @@ def test_cpus_pins_every_thread_of_the_server():
     assert f"cpus {cpu})" in out
 
 
+def test_serve_starts_grpc_with_the_experiments_setting_unless_the_environment_names_its_own():
+    """The default turns grpc's EventEngine client and listener off in the server process; grpc
+    knows both names (an unknown one is logged as "Unknown experiment" when grpc starts); a
+    caller's own ``GRPC_EXPERIMENTS`` wins; an empty setting leaves grpc's default."""
+    from budgeter.settings import Settings
+
+    default = Settings.model_fields["grpc_experiments"].default
+    assert default == "-event_engine_client,-event_engine_listener"
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_EXPERIMENTS", "BUDGETER_GRPC_EXPERIMENTS")}
+    cases = [({}, default), ({"GRPC_EXPERIMENTS": "-event_engine_client"}, "-event_engine_client"),
+             ({"BUDGETER_GRPC_EXPERIMENTS": ""}, None)]
+    for extra, shown in cases:
+        server = ServerProcess("--store", "memory://")
+        server.env = {**env, **extra}
+        server.start()
+        out = server.stop()
+        line = next(line for line in out.splitlines() if "serving on" in line)
+        if shown is None:
+            assert "grpc experiments" not in line, line
+        else:
+            assert f", grpc experiments {shown})" in line, line
+        assert "Unknown experiment" not in out, out
+        assert "budgeter: stopped" in out
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs CPU affinity")
 def test_cpus_the_process_may_not_use_stop_the_start():
     absent = max(os.sched_getaffinity(0)) + 1
