@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set that variable
     (grpc reads it once, as it starts). The default turns grpc's EventEngine client and listener
     off: a call's reads and writes then run on the thread that waits for them instead of being
-    handed between threads. A lone caller here, ``GetSession`` in a loop: 10-25% less server CPU
-    and 0.1-0.3 ms less a call (README, "Latency"). Empty: grpc's own default."""
+    handed between threads. A lone caller here (``GetSession`` in a loop) spent less CPU a call on
+    both sides, most on its own, and less time; under load the difference was within the noise
+    (README, "Latency"). Empty: grpc's own default."""
     cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
     """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
     it. One replica per core, each pinned to its own, keeps a replica's working set in that

@@ -21,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-OFF = "-event_engine_client,-event_engine_listener"
+from budgeter.settings import Settings
+
+OFF: str = Settings.model_fields["grpc_experiments"].default
 CASES = [("default", "default"), ("off", "default"), ("default", "off"), ("off", "off")]
 TICK = os.sysconf("SC_CLK_TCK")
 
