@@ -73,21 +73,19 @@ def agent(target: str, pid: int, calls: int, turns: bool) -> dict[str, float]:
 
 
 def case(server_env: str, agent_env: str, calls: int, turns: bool) -> dict[str, float]:
-    from tests.service.procs import ServerProcess
+    from tests.service.procs import GRPC_VARIABLES, ServerProcess, environ
 
     def env(which: str) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if k not in ("GRPC_EXPERIMENTS", "BUDGETER_GRPC_EXPERIMENTS")}
-        return {**base, "GRPC_EXPERIMENTS": OFF} if which == "off" else {**base, "BUDGETER_GRPC_EXPERIMENTS": ""}
+        return {"GRPC_EXPERIMENTS": OFF} if which == "off" else {"BUDGETER_GRPC_EXPERIMENTS": ""}
 
-    server = ServerProcess("--store", "memory://")
-    server.env = env(server_env)
+    server = ServerProcess("--store", "memory://", env=env(server_env), unset=GRPC_VARIABLES)
     server.start()
     try:
         assert server.proc is not None
         code = (f"import json; from tests.bench.bench_grpc import agent; "
                 f"print(json.dumps(agent({server.target!r}, {server.proc.pid}, {calls}, {turns})))")
-        out = subprocess.run([sys.executable, "-c", code], env=env(agent_env), capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run([sys.executable, "-c", code], env=environ(env(agent_env), unset=GRPC_VARIABLES),
+                             capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         server.stop()

@@ -7,18 +7,27 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.redis_server import free_port
 
+GRPC_VARIABLES = ("GRPC_EXPERIMENTS", "BUDGETER_GRPC_EXPERIMENTS")
+"""What decides the grpc experiments of a ``budgeter serve`` (and of a client process)."""
+
+
+def environ(env: dict[str, str] | None = None, *, unset: Sequence[str] = ()) -> dict[str, str]:
+    """This process's environment without ``unset``, with ``env`` over it."""
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
+
 
 class ServerProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, unset: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.args = ["--port", str(self.port), "--metrics-port", "0", *args]
-        self.env = {**os.environ, **(env or {})}
+        self.env = environ(env, unset=unset)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from budgeter.service.server import LIVENESS, SERVICE, create_server
 from tests.redis_server import free_port
 from tests.service.conftest import settings
-from tests.service.procs import ServerProcess
+from tests.service.procs import GRPC_VARIABLES, ServerProcess
 
 
 def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -137,12 +137,10 @@ def test_serve_starts_grpc_with_the_experiments_setting_unless_the_environment_n
 
     default = Settings.model_fields["grpc_experiments"].default
     assert default == "-event_engine_client,-event_engine_listener"
-    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_EXPERIMENTS", "BUDGETER_GRPC_EXPERIMENTS")}
     cases = [({}, default), ({"GRPC_EXPERIMENTS": "-event_engine_client"}, "-event_engine_client"),
              ({"BUDGETER_GRPC_EXPERIMENTS": ""}, None)]
     for extra, shown in cases:
-        server = ServerProcess("--store", "memory://")
-        server.env = {**env, **extra}
+        server = ServerProcess("--store", "memory://", env=extra, unset=GRPC_VARIABLES)
         server.start()
         out = server.stop()
         line = next(line for line in out.splitlines() if "serving on" in line)
