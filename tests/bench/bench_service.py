@@ -1,7 +1,7 @@
 """Per-turn latency through gRPC: append + build, in-process server on loopback.
 
     python -m tests.bench.bench_service [--chars 300000] [--sessions 3] [--stores sqlite,redis]
-    python -m tests.bench.bench_service --profiles qwen3.6,qwen3,mistral-tekken,gemma3,llama3
+    python -m tests.bench.bench_service --profiles qwen3.6,qwen3,mistral-tekken,gemma3,llama3 [--pin]
 
 Each turn appends one assistant message with its tool results (or a user message) and then asks
 for the prompt, as an agent does before every model turn, over a real channel. The Redis store
@@ -16,6 +16,9 @@ prompt and each session's last are kept, and after the timings their counts are 
 fresh count of the whole prompt (the profile's tokenizer over its template's render of the whole
 list, or mistral-common's own encoding): a difference is printed and the run exits 1. The server
 settles first, as ``budgeter serve`` does (profiles loaded and warmed, then ``gc.freeze``).
+``--pin``: the server's threads on one core and the client's on another, as a replica pinned with
+``budgeter serve --cpus`` serves an agent on another core (unpinned, the OS moves the threads of
+both between the cores).
 ``qwen3``/``llama3`` are the ../shared model folders; ``gemma3`` is a model folder written from the
 Gemma 3 270M GGUF package (its vocabulary) with Gemma 3's published template.
 """
@@ -23,11 +26,13 @@ Gemma 3 270M GGUF package (its vocabulary) with Gemma 3's published template.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +135,34 @@ def fresh_count(counter: Any, messages: Sequence[Message], tools: Sequence[dict[
     return len(counter.pieces.tokenizer.encode_full(counter.render(messages, tools)))
 
 
-def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False) -> bool:
-    """Prints the figures; False when a checked count was not exact."""
+@contextlib.contextmanager
+def pinned(on: bool) -> Iterator[Callable[[], None]]:
+    """With ``on``: the block runs on the first CPU this process may use, so the threads it starts
+    (the server's: grpc's, which start its RPC worker threads in turn) run there, and calling the
+    function it yields moves the calling thread (the client, with the threads it starts later) to
+    the second (the first where there is one), as a replica pinned with ``budgeter serve --cpus``
+    and an agent on another core are. The calling thread may use all of them again after the block.
+    Unpinned, the OS moves the threads between cores, and a thread woken on the other core finds
+    its data in the first core's caches."""
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def client_side() -> None:
+        if on:
+            os.sched_setaffinity(0, {cpus[min(1, len(cpus) - 1)]})
+
+    if on:
+        os.sched_setaffinity(0, {cpus[0]})  # this thread; the threads it starts inherit it
+    try:
+        yield client_side
+    finally:
+        if on:
+            os.sched_setaffinity(0, cpus)
+
+
+def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *, whole: bool = False,
+                 pin: bool = False) -> bool:
+    """Prints the figures; False when a checked count was not exact. ``pin``: the server's threads
+    on one core and the client's on another (``pinned``)."""
     from budgeter.service import servicer
 
     server_ms: dict[str, list[float]] = {}
@@ -147,7 +178,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
             server_ms.setdefault(current[0], []).append((time.perf_counter() - t0) * 1000)
             server_cpu.setdefault(current[0], []).append((time.thread_time() - c0) * 1000)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, pinned(pin) as client_side:
         specs = {n: spec for n in names if (spec := profile_spec(n, tmp)) is not None}
         for n in names:
             if n not in specs:
@@ -156,6 +187,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
         settings = Settings(port=0, metrics_port=0, store="memory://", host="127.0.0.1", tokenizers=specs,
                             default_tokenizer=next(iter(specs)))
         server = create_server(settings)
+        client_side()
         settle(server.sessions.profiles, list(specs))  # as `budgeter serve` does with --preload
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
         kept: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]]] = {n: [] for n in specs}
@@ -211,12 +243,15 @@ def main() -> None:
     ap.add_argument("--stores", default="sqlite,redis")
     ap.add_argument("--profiles", default="", help="comma-separated profile names: one-call turns per profile")
     ap.add_argument("--whole", action="store_true", help="with --profiles: the whole prompt every turn (no since=)")
+    ap.add_argument("--pin", action="store_true",
+                    help="with --profiles: the server's threads on one core, the client's on another")
     args = ap.parse_args()
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     if args.profiles:
         print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback, "
-              f"memory store, {'whole prompts' if args.whole else 'prompts since the previous one'}")
-        if not run_profiles(args.profiles.split(","), bodies, args.window, whole=args.whole):
+              f"memory store, {'whole prompts' if args.whole else 'prompts since the previous one'}"
+              + (", server and client pinned to a core each" if args.pin else ""))
+        if not run_profiles(args.profiles.split(","), bodies, args.window, whole=args.whole, pin=args.pin):
             raise SystemExit(1)
         return
     print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback")

@@ -4,6 +4,9 @@ counts)."""
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 from tests.bench import bench_service
@@ -26,3 +29,34 @@ def test_a_count_that_is_not_exact_fails_the_run(monkeypatch: pytest.MonkeyPatch
     assert not bench_service.run_profiles(["qwen3.6"], [make_session(3, chars=40_000)], 8192)
     out = capsys.readouterr().out
     assert "counted afresh" in out and " 0 of " in out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this OS cannot pin threads to CPUs")
+def test_pinned_puts_the_server_on_one_cpu_and_the_client_on_another() -> None:
+    """``--pin``: the threads the server starts run on the first CPU, the client from then on on
+    the second, and the calling thread may use all of them again afterwards."""
+    cpus = sorted(os.sched_getaffinity(0))
+    seen: list[set[int]] = []
+    with bench_service.pinned(True) as client_side:
+        started = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        started.start()
+        started.join()
+        client_side()
+        client = os.sched_getaffinity(0)
+    assert seen == [{cpus[0]}]
+    assert client == {cpus[min(1, len(cpus) - 1)]}
+    assert sorted(os.sched_getaffinity(0)) == cpus
+    with bench_service.pinned(False) as client_side:
+        client_side()
+        assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+def test_a_pinned_replay_is_checked_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cpus:
+        pytest.skip("this OS cannot pin threads to CPUs")
+    assert bench_service.run_profiles(["qwen3.6"], [make_session(4, chars=20_000)], 8192, pin=True)
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("qwen3.6"))
+    checked = int(row.split()[-3])
+    assert checked >= 1 and row.endswith(f"{checked} of {checked}")
+    assert sorted(os.sched_getaffinity(0)) == cpus
