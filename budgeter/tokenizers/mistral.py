@@ -41,7 +41,10 @@ _ALPHABET = string.ascii_letters + string.digits
 log = logging.getLogger("budgeter.counting")
 
 
+@functools.lru_cache(maxsize=65_536)
 def mistral_id(call_id: str) -> str:
+    """A 9-character alphanumeric id for ``call_id``, the same for the same id (kept per id: a
+    call's id is mapped again for its result, and the hashing was ~1.5% of a turn)."""
     if len(call_id) == 9 and call_id.isalnum() and call_id.isascii():
         return call_id
     n = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
