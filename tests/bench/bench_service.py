@@ -140,11 +140,11 @@ def pinned(on: bool) -> Iterator[Callable[[], None]]:
     """With ``on``: the block runs on the first CPU this process may use, so the threads it starts
     (the server's: grpc's, which start its RPC worker threads in turn) run there, and calling the
     function it yields moves the calling thread (the client, with the threads it starts later) to
-    the second (the first where there is one), as a replica pinned with ``budgeter serve --cpus``
-    and an agent on another core are. The calling thread may use all of them again after the block.
-    Unpinned, the OS moves the threads between cores, and a thread woken on the other core finds
-    its data in the first core's caches."""
-    cpus = sorted(os.sched_getaffinity(0))
+    the second (to the same one where the process may use only one), as a replica pinned with
+    ``budgeter serve --cpus`` and an agent on another core are. The calling thread may use all of
+    them again after the block. Unpinned, the OS moves the threads between cores, and a thread
+    woken on the other core finds its data in the first core's caches."""
+    cpus = sorted(os.sched_getaffinity(0)) if on else []
 
     def client_side() -> None:
         if on:
@@ -246,6 +246,8 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="with --profiles: the server's threads on one core, the client's on another")
     args = ap.parse_args()
+    if args.pin and not hasattr(os, "sched_setaffinity"):
+        raise SystemExit("--pin: this OS offers no way to pin threads to CPUs; run without it")
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
     if args.profiles:
         print(f"{args.sessions} sessions of ~{args.chars:,} chars, window {args.window}, gRPC on loopback, "
