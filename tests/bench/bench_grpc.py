@@ -15,22 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from budgeter.settings import Settings
+from tests.bench.bench_load import cpu_seconds as server_cpu
 
 OFF: str = Settings.model_fields["grpc_experiments"].default
 CASES = [("default", "default"), ("off", "default"), ("default", "off"), ("off", "off")]
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def agent(target: str, pid: int, calls: int, turns: bool) -> dict[str, float]:

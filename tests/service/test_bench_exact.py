@@ -12,14 +12,20 @@ import pytest
 from tests.bench import bench_service
 from tests.bench.sessions import make_session
 
+can_pin = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this OS cannot pin threads to CPUs")
+
+
+def checked(out: str, profile: str) -> tuple[int, str]:
+    """How many prompts the replay of ``profile`` checked, and its row."""
+    row = next(line for line in out.splitlines() if line.strip().startswith(profile))
+    return int(row.split()[-3]), row
+
 
 def test_replay_checks_every_kept_prompt(capsys: pytest.CaptureFixture[str]) -> None:
     bodies = [make_session(3, chars=40_000)]
     assert bench_service.run_profiles(["qwen3.6"], bodies, 8192)
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.strip().startswith("qwen3.6"))
-    checked = int(row.split()[-3])
-    assert checked >= 2 and row.endswith(f"{checked} of {checked}")
+    n, row = checked(capsys.readouterr().out, "qwen3.6")
+    assert n >= 2 and row.endswith(f"{n} of {n}")
 
 
 def test_a_count_that_is_not_exact_fails_the_run(monkeypatch: pytest.MonkeyPatch,
@@ -31,7 +37,7 @@ def test_a_count_that_is_not_exact_fails_the_run(monkeypatch: pytest.MonkeyPatch
     assert "counted afresh" in out and " 0 of " in out
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this OS cannot pin threads to CPUs")
+@can_pin
 def test_pinned_puts_the_server_on_one_cpu_and_the_client_on_another() -> None:
     """``--pin``: the threads the server starts run on the first CPU, the client from then on on
     the second, and the calling thread may use all of them again afterwards."""
@@ -51,12 +57,10 @@ def test_pinned_puts_the_server_on_one_cpu_and_the_client_on_another() -> None:
         assert sorted(os.sched_getaffinity(0)) == cpus
 
 
+@can_pin
 def test_a_pinned_replay_is_checked_alike(capsys: pytest.CaptureFixture[str]) -> None:
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus:
-        pytest.skip("this OS cannot pin threads to CPUs")
+    cpus = sorted(os.sched_getaffinity(0))
     assert bench_service.run_profiles(["qwen3.6"], [make_session(4, chars=20_000)], 8192, pin=True)
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("qwen3.6"))
-    checked = int(row.split()[-3])
-    assert checked >= 1 and row.endswith(f"{checked} of {checked}")
+    n, row = checked(capsys.readouterr().out, "qwen3.6")
+    assert n >= 1 and row.endswith(f"{n} of {n}")
     assert sorted(os.sched_getaffinity(0)) == cpus
