@@ -172,7 +172,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
         redis_cpu = cpu_seconds(redis_pid) - redis_cpu0 if redis_pid else 0.0
         n = len(times["build"])
         cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
-        rss = sum(rss_mb(p) - r for p, r in zip(pids, rss0, strict=True))
+        rss1 = [rss_mb(p) for p in pids]
+        rss = sum(r1 - r for r1, r in zip(rss1, rss0, strict=True))
         print(f"{name}: {len(replicas)} replica(s), {len(bodies)} sessions, {concurrency} concurrent, "
               f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else "")
               + (" (floor: GetSession calls, no engine work)" if floor else "")
@@ -183,7 +184,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
                   f"max {max(v):7.2f} ms")
         print(f"  server CPU {cpu / n * 1000:.2f} ms per turn; server RSS +{rss / len(bodies):.2f} MB "
-              f"per session")
+              f"per session (the RPC threads' first counts included); each replica's RSS "
+              f"{', '.join(f'{a:.0f} -> {b:.0f}' for a, b in zip(rss0, rss1, strict=True))} MB")
         total = cpu + client_cpu + redis_cpu
         print(f"  CPU per turn, all processes: {total / n * 1000:.2f} ms (servers {cpu / n * 1000:.2f}, load "
               f"generator {client_cpu / n * 1000:.2f}, redis {redis_cpu / n * 1000:.2f}); {os.cpu_count()} cores "
