@@ -59,11 +59,11 @@ class Settings(BaseSettings):
     off: a call's reads and writes then run on the thread that waits for them instead of being
     handed between threads. A lone caller here (``GetSession`` in a loop) spent less CPU a call on
     both sides, most on its own, and less time; under load the difference was within the noise
-    (README, "Latency"). Empty: grpc's own default."""
+    (tests/bench/HISTORY.md, "grpc's own hand-offs"). Empty: grpc's own default."""
     cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
     """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
     it. One replica per core, each pinned to its own, keeps a replica's working set in that
-    core's caches instead of moving it between cores (README, load table)."""
+    core's caches instead of moving it between cores (tests/bench/HISTORY.md, "Load")."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
     max_messages_per_append: int = Field(1000, ge=1)
     max_sessions: int = Field(100_000, ge=1)
