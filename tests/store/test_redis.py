@@ -57,3 +57,58 @@ def test_outage_gives_unavailable_and_recovers(private_redis):
                        result="")
     assert out.version == 1 and store.read("s")[1] == ["x"]
     store.close()
+
+
+def _clients(url: str) -> int:
+    import redis
+
+    admin = redis.Redis.from_url(url)
+    try:
+        return len(admin.client_list()) - 1  # not counting this one
+    finally:
+        admin.close()
+
+
+def test_scripted_writes_survive_their_connection_being_cut(private_redis):
+    """The per-turn scripts go out on a connection of the calling thread's own: when Redis cuts it
+    (a timeout, a proxy, CLIENT KILL), the next write reconnects and is stored exactly once."""
+    import redis
+
+    store = open_store(private_redis.url)
+    rec = SessionRecord("s", uuid.uuid4().hex, "{}", time.time())
+    store.create(rec)
+    store.append("s", ["a"], incarnation=rec.incarnation, request_id="r1", fingerprint="f1", result="")
+    admin = redis.Redis.from_url(private_redis.url)
+    assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+    out = store.append("s", ["b"], incarnation=rec.incarnation, request_id="r2", fingerprint="f2", result="")
+    admin.client_kill_filter(_type="normal", skipme=True)
+    store.put_payloads("s", {"h": "payload"})
+    assert out.version == 2 and store.read("s")[1] == ["a", "b"] and store.get_payload("s", "h") == "payload"
+    admin.close()
+    store.close()
+
+
+def test_threads_append_on_their_own_connections_and_close_releases_them(private_redis):
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_store(private_redis.url)
+    records = [SessionRecord(f"s{i}", uuid.uuid4().hex, "{}", time.time()) for i in range(4)]
+    for rec in records:
+        store.create(rec)
+
+    def write(rec: SessionRecord) -> int:
+        for j in range(25):
+            store.append(rec.id, [f"{rec.id}-{j}"], incarnation=rec.incarnation, request_id=f"r{j}",
+                         fingerprint=f"f{j}", result="")
+        return store.read(rec.id)[0].version
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(write, records)) == [25] * 4
+    for rec in records:
+        assert store.read(rec.id)[1] == [f"{rec.id}-{j}" for j in range(25)]
+    assert _clients(private_redis.url) >= 2  # the client's pool and the threads' own
+    store.close()
+    deadline = time.monotonic() + 5
+    while _clients(private_redis.url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _clients(private_redis.url) == 0
