@@ -83,6 +83,9 @@ if ms > 0 then redis.call('PEXPIRE', KEYS[2], ms) end
 return n - 1
 """
 
+SCRIPTS_CLIENT = "budgeter-scripts"
+"""The name (CLIENT LIST) of the connections that RPC threads hold for the per-turn scripts."""
+
 PUT_PAYLOADS = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 2))
@@ -172,7 +175,8 @@ class RedisStore:
         conn = getattr(self._own, "conn", None)
         if conn is None:
             assert self._pool is not None
-            conn = self._own.conn = self._pool.connection_class(**self._pool.connection_kwargs)
+            kwargs = {**self._pool.connection_kwargs, "client_name": SCRIPTS_CLIENT}
+            conn = self._own.conn = self._pool.connection_class(**kwargs)
             with self._owned_lock:
                 self._owned.append(conn)
         return conn

@@ -10,7 +10,7 @@ from redis.crc import key_slot
 
 from budgeter.errors import StoreUnavailable
 from budgeter.store import SessionRecord, open_store
-from budgeter.store.redis import RedisStore
+from budgeter.store.redis import SCRIPTS_CLIENT, RedisStore
 
 
 def test_every_key_of_a_session_shares_one_slot(redis_url):
@@ -59,12 +59,13 @@ def test_outage_gives_unavailable_and_recovers(private_redis):
     store.close()
 
 
-def _clients(url: str) -> int:
+def _clients(url: str, name: str | None = None) -> int:
     import redis
 
     admin = redis.Redis.from_url(url)
     try:
-        return len(admin.client_list()) - 1  # not counting this one
+        others = [c for c in admin.client_list() if c["id"] != str(admin.client_id())]
+        return len([c for c in others if name is None or c.get("name") == name])
     finally:
         admin.close()
 
@@ -89,24 +90,34 @@ def test_scripted_writes_survive_their_connection_being_cut(private_redis):
 
 
 def test_threads_append_on_their_own_connections_and_close_releases_them(private_redis):
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
 
     store = open_store(private_redis.url)
     records = [SessionRecord(f"s{i}", uuid.uuid4().hex, "{}", time.time()) for i in range(4)]
     for rec in records:
-        store.create(rec)
+        store.create(rec)  # this thread's scripts: its own connection
+    start = threading.Barrier(len(records))
+    errors: list[BaseException] = []
 
-    def write(rec: SessionRecord) -> int:
-        for j in range(25):
-            store.append(rec.id, [f"{rec.id}-{j}"], incarnation=rec.incarnation, request_id=f"r{j}",
-                         fingerprint=f"f{j}", result="")
-        return store.read(rec.id)[0].version
+    def write(rec: SessionRecord) -> None:
+        try:
+            start.wait()
+            for j in range(25):
+                store.append(rec.id, [f"{rec.id}-{j}"], incarnation=rec.incarnation, request_id=f"r{j}",
+                             fingerprint=f"f{j}", result="")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
 
-    with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(write, records)) == [25] * 4
+    threads = [threading.Thread(target=write, args=(rec,)) for rec in records]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
     for rec in records:
-        assert store.read(rec.id)[1] == [f"{rec.id}-{j}" for j in range(25)]
-    assert _clients(private_redis.url) >= 2  # the client's pool and the threads' own
+        info, stored = store.read(rec.id)
+        assert info.version == 25 and stored == [f"{rec.id}-{j}" for j in range(25)]
+    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1 + len(records)  # one per writing thread
     store.close()
     deadline = time.monotonic() + 5
     while _clients(private_redis.url) and time.monotonic() < deadline:
