@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -127,7 +128,9 @@ class RedisStore:
         pool = getattr(client, "connection_pool", None)  # a Redis Cluster client has none
         self._pool = pool if isinstance(client, redis.Redis) else None
         self._own = threading.local()
-        self._owned: list[Any] = []
+        self._owned: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The threads' script connections, for ``close``; a thread's goes (and its socket closes)
+        with the thread, as the proxy's worker threads come and go."""
         self._owned_lock = threading.Lock()
 
     @classmethod
@@ -178,7 +181,7 @@ class RedisStore:
             kwargs = {**self._pool.connection_kwargs, "client_name": SCRIPTS_CLIENT}
             conn = self._own.conn = self._pool.connection_class(**kwargs)
             with self._owned_lock:
-                self._owned.append(conn)
+                self._owned.add(conn)
         return conn
 
     @staticmethod
@@ -357,7 +360,8 @@ class RedisStore:
 
     def close(self) -> None:
         with self._owned_lock:
-            owned, self._owned = self._owned, []
+            owned = list(self._owned)
+            self._owned.clear()
         for conn in owned:
             conn.disconnect()
         self.client.close()

@@ -97,6 +97,8 @@ def test_threads_append_on_their_own_connections_and_close_releases_them(private
     for rec in records:
         store.create(rec)  # this thread's scripts: its own connection
     start = threading.Barrier(len(records))
+    written = threading.Barrier(len(records) + 1, timeout=30)
+    release = threading.Event()
     errors: list[BaseException] = []
 
     def write(rec: SessionRecord) -> None:
@@ -107,19 +109,47 @@ def test_threads_append_on_their_own_connections_and_close_releases_them(private
                              fingerprint=f"f{j}", result="")
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
+        written.wait()
+        release.wait(30)  # alive (and holding its connection) until counted
 
     threads = [threading.Thread(target=write, args=(rec,)) for rec in records]
     for t in threads:
         t.start()
+    written.wait()
+    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1 + len(records)  # one per writing thread
+    release.set()
     for t in threads:
         t.join()
     assert not errors
     for rec in records:
         info, stored = store.read(rec.id)
         assert info.version == 25 and stored == [f"{rec.id}-{j}" for j in range(25)]
-    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1 + len(records)  # one per writing thread
     store.close()
     deadline = time.monotonic() + 5
     while _clients(private_redis.url) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _clients(private_redis.url) == 0
+
+
+def test_a_finished_thread_s_script_connection_closes_with_it(private_redis):
+    """Threads that come and go (the proxy's worker threads) do not leave connections behind."""
+    import gc
+    import threading
+
+    store = open_store(private_redis.url)
+    rec = SessionRecord("s", uuid.uuid4().hex, "{}", time.time())
+    store.create(rec)  # this thread's connection stays
+    for j in range(3):
+        t = threading.Thread(target=store.append, args=("s", [f"m{j}"]),
+                             kwargs=dict(incarnation=rec.incarnation, request_id=f"r{j}",
+                                         fingerprint=f"f{j}", result=""))
+        t.start()
+        t.join()
+    del t
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _clients(private_redis.url, SCRIPTS_CLIENT) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1
+    assert store.read("s")[1] == ["m0", "m1", "m2"]
+    store.close()
