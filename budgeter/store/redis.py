@@ -125,8 +125,9 @@ class RedisStore:
         self._expiry = f"{prefix}:expiry"
         self.round_trips = 0
         """Requests sent to Redis (a pipeline or a script counts once); exported as a metric."""
-        pool = getattr(client, "connection_pool", None)  # a Redis Cluster client has none
-        self._pool = pool if isinstance(client, redis.Redis) else None
+        self._pool = client.connection_pool if isinstance(client, redis.Redis) else None
+        """Where the threads' script connections come from (a Redis Cluster client: none, its
+        scripts take the client's own path)."""
         self._own = threading.local()
         self._owned: weakref.WeakSet[Any] = weakref.WeakSet()
         """The threads' script connections, for ``close``; a thread's goes (and its socket closes)
@@ -161,13 +162,17 @@ class RedisStore:
         the calling thread's own, straight through redis-py's ``Connection``, without the client's
         pool, retry and observability layers (70 against 98 us of CPU a call, in a turn). A
         connection error there sends the call again through the client, which reconnects and
-        retries with backoff as every other command does (one attempt more than they get)."""
+        retries with backoff as every other command does (one attempt more than they get); a
+        script Redis has lost is loaded again there too."""
         if self._pool is not None:
             conn = self._connection()
             try:
-                return self._evalsha(conn, script, keys, args)
+                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return conn.read_response()
             except (redis.ConnectionError, redis.TimeoutError):
                 conn.disconnect()
+            except redis.exceptions.NoScriptError:
+                pass
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
@@ -183,18 +188,6 @@ class RedisStore:
             with self._owned_lock:
                 self._owned.add(conn)
         return conn
-
-    @staticmethod
-    def _evalsha(conn: Any, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return conn.read_response()
-        except redis.exceptions.NoScriptError:
-            conn.send_command("SCRIPT", "LOAD", script.script)
-            sha = conn.read_response()
-            script.sha = sha.decode() if isinstance(sha, bytes) else sha
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return conn.read_response()
 
     @staticmethod
     def _not_found(session_id: str) -> SessionNotFound:
