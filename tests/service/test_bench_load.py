@@ -34,3 +34,31 @@ def test_one_call_load_on_two_replicas_replays_every_turn(aio: bool, capsys: pyt
     assert rss is not None, out
     assert all(int(x) > 50 for x in rss.groups())  # a loaded Python process with a tokenizer
     assert re.search(r"redis: [\d.]+ round trips and [\d.]+ commands per turn", out)
+
+
+def test_repeat_runs_a_setup_again_and_gives_the_spread(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--repeat`` (the README's way to give a spell's spread): each run printed with the machine's
+    speed before it, then the lowest, median and highest of the runs' turns/s and how many reached
+    the target."""
+    monkeypatch.setattr("sys.argv", ["bench_load", "--sessions", "2", "--chars", "12000", "--concurrency", "2",
+                                     "--window", "8192", "--setups", "redis2", "--one-call", "--repeat", "3",
+                                     "--target", "1"])
+    bench_load.main()
+    out = capsys.readouterr().out
+    rates = [int(r) for r in re.findall(r"turns in [\d.]+ s = (\d+) turns/s", out)]
+    assert len(rates) == 3 and all(r > 0 for r in rates), out
+    assert len(re.findall(r"machine speed \(gauge\): sum\(range\(10\*\*7\)\) in 0\.\d{3} s", out)) == 3, out
+    spread = re.search(r"redis2: 3 runs, ([\d,]+) / ([\d,]+) / ([\d,]+) turns/s \(lowest / median / highest\); "
+                       r"(\d) of 3 at or above 1\b", out)
+    assert spread is not None, out
+    low, median, high = (int(x.replace(",", "")) for x in spread.groups()[:3])
+    assert [low, median, high] == sorted(rates)  # the same figures, rounded the same way
+    assert spread[4] == "3"  # every run made at least one turn a second
+
+
+def test_repeat_refuses_zero_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_load", "--repeat", "0"])
+    with pytest.raises(SystemExit) as exc:
+        bench_load.main()
+    assert exc.value.code == 2
