@@ -15,12 +15,8 @@ import time
 from budgeter.core import Policy, Session
 from budgeter.core.messages import from_openai_list
 from budgeter.tokenizers import resolve
+from tests.bench.bench_service import pct
 from tests.bench.sessions import make_session
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def turns(msgs):

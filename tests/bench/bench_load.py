@@ -41,17 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from budgeter.client import AsyncClient, Client
-from tests.bench.bench_service import turns
+from tests.bench.bench_service import pct, turns
 from tests.bench.sessions import make_session
 from tests.redis_server import RedisServer, free_port, redis_binary
 from tests.service.procs import ServerProcess
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def gauge() -> float:
