@@ -199,9 +199,10 @@ _LIVE: weakref.WeakSet[Renewing] = weakref.WeakSet()
 def warm_thread() -> None:
     """Set up every fastokens counter of this process in the calling thread: a server's RPC
     workers call it as they start, before they take a call, so that no call pays a thread's
-    set-up (measured here: 8-140 ms on a worker's first call that tokenizes, the first use of a
-    fastokens tokenizer in a thread allocating its per-thread caches). Never raises: a counter that
-    fails here is set up by its first count instead, as before."""
+    set-up (measured here: 13-290 ms more on a worker's first call that tokenized, the first use
+    of a fastokens tokenizer in a thread allocating its per-thread caches). Never raises (a pool
+    whose initializer raises refuses every call): a counter that fails here is set up by its
+    first count instead, as before."""
     for renewing in list(_LIVE):
         try:
             renewing.warm()

@@ -200,7 +200,7 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
             print(f"  {k:6s} p50 {statistics.median(v):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms  "
                   f"max {max(v):7.2f} ms")
         print(f"  server CPU {cpu / n * 1000:.2f} ms per turn; server RSS +{rss / len(bodies):.2f} MB "
-              f"per session (the RPC threads' first counts included); each replica's RSS "
+              f"per session (the RPC threads set up at start-up, before the first RSS); each replica's RSS "
               f"{', '.join(f'{a:.0f} -> {b:.0f}' for a, b in zip(rss0, rss1, strict=True))} MB")
         total = cpu + client_cpu + redis_cpu
         print(f"  CPU per turn, all processes: {total / n * 1000:.2f} ms (servers {cpu / n * 1000:.2f}, load "
