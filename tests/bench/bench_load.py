@@ -51,7 +51,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def gauge() -> float:
     """Seconds for ``sum(range(10**7))``, the best of three: the machine's speed now (0.10-0.12 s
-    in its fastest spells measured here, 0.15-0.20 in slow ones)."""
+    in its fastest spells measured here, 0.15-0.31 in slow ones)."""
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
