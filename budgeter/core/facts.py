@@ -92,6 +92,11 @@ class History:
     def __len__(self) -> int:
         return len(self.messages)
 
+    @property
+    def unanswered(self) -> frozenset[CallRef]:
+        """Failed calls whose result the model has not answered yet (no assistant message after it)."""
+        return frozenset(ref for _, ref in self._unanswered)
+
     def append(self, m: Message, facts: Facts | None = None) -> Facts:
         """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
         facts = facts if facts is not None else self.facts_for(m)

@@ -65,6 +65,42 @@ def test_over_budget_the_pending_failure_loses_its_arguments_but_keeps_its_error
     assert r.payloads[_handle(stub, "args h=")] == msgs[2].tool_calls[0].arguments
 
 
+def test_a_compacting_turn_presses_only_the_failure_not_answered_yet(qwen36):
+    """Turn by turn: an answered failure keeps the stub tidy_failures gave it, the failure the
+    model has not answered yet keeps its error but loses its arguments, and the step is reported
+    under its own name when no failure is pending."""
+    msgs, html = _retries(n=1)
+    session = Session(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
+    session.append(msgs)
+    session.append(from_openai_list([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "d0", "type": "function", "function": {"name": "write_file", "arguments": json.dumps(
+            {"path": "", "content": html.replace("Shop", "Store")})}}]},
+        {"role": "tool", "tool_call_id": "d0", "content": "rejected: path must not be empty"}]))
+    roomy = session.build()
+    answered = next(m.content for m in roomy.messages if m.tool_call_id == "c0")
+    assert not roomy.compacted and "args h=" in answered
+    session.policy = Policy(window=roomy.tokens - 50, reserve=0)
+    pressed = session.build()
+    assert pressed.compacted and pressed.tokens <= roomy.tokens - 50
+    assert next(m.content for m in pressed.messages if m.tool_call_id == "c0") == answered
+    pending = next(m for m in pressed.messages if m.tool_call_id == "d0").content
+    assert pending.endswith("\nrejected: path must not be empty") and "args h=" in pending
+    call = next(c for m in pressed.messages for c in m.tool_calls if c.id == "d0")
+    assert len(call.arguments) < 1000 and json.loads(call.arguments)["path"] == ""
+    assert any(a.what == "failed_call_collapsed" for s in pressed.steps if s.step == "collapse_pending_failures"
+               for a in s.actions)
+    session.append(from_openai_list([{"role": "assistant", "content": "I will name the file."}]))
+    session.policy = Policy(window=32768, reserve=0)
+    session.policy = Policy(window=session.build().tokens - 50, reserve=0)
+    after = session.build()
+    names = [s.step for s in after.steps]
+    assert after.compacted and names.count("tidy_failures") == 1 and "collapse_pending_failures" in names
+    plain = trim(from_openai_list([{"role": "user", "content": "word " * 3000}]), counter=qwen36,
+                 policy=Policy(window=1200, reserve=0))
+    names = [s.step for s in plain.steps]
+    assert plain.compacted and names.count("tidy_failures") == 1 and "collapse_pending_failures" in names
+
+
 def test_output_fits_and_is_exact(qwen3_path):
     from budgeter.tokenizers import resolve
 

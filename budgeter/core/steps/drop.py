@@ -50,7 +50,7 @@ def drop_oldest(view: View, ctx: Context) -> tuple[View, StepReport]:
 def drop_until(view: View, ctx: Context, target: int) -> tuple[View, StepReport]:
     before = est = ctx.estimate(view)
     gone: set[int] = set()
-    for unit in droppable_units(view, ctx):
+    for unit in droppable_units(view, ctx) if est > target else ():
         if est <= target:
             break
         gone.update(unit)

@@ -113,17 +113,21 @@ def tidy_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
 
 def collapse_pending_failures(view: View, ctx: Context) -> tuple[View, StepReport]:
     """Over budget, the cheapest loss: a failure not answered yet keeps its error text verbatim
-    but its long arguments become markers too."""
-    return _tidy(view, ctx, pressed=True)
+    but its long arguments become markers too. Pressure changes only those failures (an answered
+    one has the form ``tidy_failures`` gave it in this build), so only they are looked at."""
+    pending = ctx.log.unanswered if ctx.policy.keep_latest_failure else frozenset()
+    return _tidy(view, ctx, pressed=True, only=pending)
 
 
-def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]:
+def _tidy(view: View, ctx: Context, *, pressed: bool, only: Set[CallRef] | None = None) -> tuple[View, StepReport]:
     """``ctx.dirty`` (not under pressure): only those failed calls can need another form; the
-    others stand in the view as the previous build's tidy left them."""
+    others stand in the view as the previous build's tidy left them. ``only`` (under pressure):
+    the failed calls pressure can change."""
     log = ctx.log
-    found = failures_in(view, log, None if pressed else ctx.dirty)
+    name = "collapse_pending_failures" if pressed else "tidy_failures"
+    found = failures_in(view, log, only if pressed else ctx.dirty)
     if not found:
-        return view, StepReport("tidy_failures", 0, 0)
+        return view, StepReport(name, 0, 0)
     newest: dict[CallRef, Failure] = {}
     for f in found:
         newest[_run(f, log)[0]] = f
@@ -150,7 +154,6 @@ def _tidy(view: View, ctx: Context, *, pressed: bool) -> tuple[View, StepReport]
     out = tuple(it for p, it in enumerate(items) if p not in drop) if drop else tuple(items)
     if drop:
         actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
-    name = "collapse_pending_failures" if pressed else "tidy_failures"
     return out, StepReport(name, len(view), len(out), tuple(actions))
 
 
