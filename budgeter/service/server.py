@@ -52,6 +52,28 @@ class Server:
     workers: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _closers: list[Any] = field(default_factory=list)
+    _ready: bool = True
+    _store_ok: bool = True
+    _health_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ready(self) -> None:
+        """Report SERVING (while the store answers): ``budgeter serve`` calls this once its
+        profiles are loaded and its RPC workers started, so that a balancer sends no call to a
+        replica still warming up."""
+        self._set_health(ready=True)
+
+    def _set_health(self, *, ready: bool | None = None, store_ok: bool | None = None) -> None:
+        with self._health_lock:
+            if ready is not None:
+                self._ready = ready
+            if store_ok is not None:
+                self._store_ok = store_ok
+            if self._stop.is_set():
+                return  # enter_graceful_shutdown holds NOT_SERVING
+            status = (health_pb2.HealthCheckResponse.SERVING if self._ready and self._store_ok
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            for name in ("", SERVICE):
+                self.health.set(name, status)
 
     @property
     def target(self) -> str:
@@ -60,8 +82,9 @@ class Server:
     def stop(self, grace: float | None = 1.0) -> None:
         if self._stop.is_set():
             return
-        self._stop.set()
-        self.health.enter_graceful_shutdown()  # probes see NOT_SERVING while calls drain
+        with self._health_lock:
+            self._stop.set()
+            self.health.enter_graceful_shutdown()  # probes see NOT_SERVING while calls drain
         if grace:
             time.sleep(min(0.5, grace / 4))
         self.grpc_server.stop(grace).wait()
@@ -95,21 +118,22 @@ LIVENESS = "liveness"
 liveness probes; the server-wide status "" and the service's own follow the store)."""
 
 
-def create_server(settings: Settings, *, store: SessionStore | None = None) -> Server:
+def create_server(settings: Settings, *, store: SessionStore | None = None, ready: bool = True) -> Server:
     """A started server. Refuses to start (``StoreUnavailable``; ``InvalidInput`` with reason
-    ``PORT_IN_USE``) when the store does not answer or a port cannot be bound."""
+    ``PORT_IN_USE``) when the store does not answer or a port cannot be bound. ``ready=False``:
+    health stays NOT_SERVING (``liveness`` SERVING) until ``Server.ready()``."""
     store = store or _open_store(settings)
     undo: list[Callable[[], Any]] = [store.close]
     try:
         _wait_for_store(store, settings)
-        return _assemble(settings, store, undo)
+        return _assemble(settings, store, undo, ready)
     except BaseException:
         for close in reversed(undo):
             close()
         raise
 
 
-def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]]) -> Server:
+def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]], ready: bool) -> Server:
     profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
     for name in {settings.default_tokenizer, *settings.preload}:
         profiles.counter(name)  # load now, so the first request is not the slow one
@@ -140,9 +164,9 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
         closers.append(closer)
     server.start()
     out = Server(server, port, sessions, metrics, health_servicer, metrics_port, pool, settings.max_workers,
-                 _closers=closers)
-    for name in ("", SERVICE, LIVENESS):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+                 _closers=closers, _ready=ready)
+    health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+    out._set_health()
     watcher = threading.Thread(target=_watch_store, args=(out, settings), daemon=True, name="store-health")
     watcher.start()
     return out
@@ -267,10 +291,7 @@ def _watch_store(server: Server, settings: Settings) -> None:
         except Exception as exc:
             ok, cause = False, _cause(exc)
         if ok != serving and not server._stop.is_set():
-            status = (health_pb2.HealthCheckResponse.SERVING if ok
-                      else health_pb2.HealthCheckResponse.NOT_SERVING)
-            for name in ("", SERVICE):
-                server.health.set(name, status)
+            server._set_health(store_ok=ok)
             if ok:
                 log.warning("store %s recovered; health SERVING", settings.store_shown)
             else:
@@ -282,24 +303,27 @@ def _watch_store(server: Server, settings: Settings) -> None:
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; in-flight calls get ``settings.grace`` seconds."""
     pin(settings.cpus)  # before any thread of the server starts: they inherit it
-    server = create_server(settings)
-    settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
-    server.start_workers()
-    log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
-             server.sessions.store.name, server.metrics_port or "off")
     done = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
         done.set()
 
+    server = create_server(settings, ready=False)  # NOT_SERVING until warmed up: no call waits on it
+    # before the warm-up: a SIGTERM meanwhile stops the server gracefully once it is done
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
+    server.start_workers()
+    log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
+             server.sessions.store.name, server.metrics_port or "off")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack
     pinned = f", cpus {span(settings.cpus)}" if settings.cpus else ""
     experiments = os.environ.get("GRPC_EXPERIMENTS", "")
     grpc_env = f", grpc experiments {experiments}" if experiments else ""
     print(f"budgeter: serving on {settings.host}:{server.port} "
           f"(store {settings.store_shown}, metrics {server.metrics_port or 'off'}{grpc_env}{pinned})", flush=True)
+    if not done.is_set():  # (a SIGTERM during the warm-up: never SERVING, straight to the stop)
+        server.ready()
     while not done.wait(0.25):  # a signal delivered to another thread does not wake a plain wait()
         pass
     server.stop(settings.grace)

@@ -4,8 +4,10 @@ password) and the cause, while the liveness health service keeps answering SERVI
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -160,3 +162,44 @@ def test_cpus_the_process_may_not_use_stop_the_start():
     assert "--cpus" in line
     line = one_line_error(serve("--port", "0", "--metrics-port", "0", "--cpus", "3-1"))
     assert line.startswith("budgeter: INVALID_SETTINGS:") and "runs backwards" in line
+
+
+def _first_answer(target: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            health(target, LIVENESS)
+            return
+        except grpc.RpcError:
+            assert time.monotonic() < deadline, "the server never answered"
+            time.sleep(0.02)
+
+
+def test_serve_is_not_ready_until_warmed_up_and_a_sigterm_then_stops_it_cleanly():
+    """``budgeter serve`` answers health checks as soon as it listens, NOT_SERVING (liveness
+    SERVING) while it loads its profiles and starts its RPC workers, so a balancer sends it no call
+    that would wait on that; SERVING after. A SIGTERM during the warm-up stops it gracefully, and
+    it never reports SERVING."""
+    serving, down = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    for stop_early in (False, True):
+        server = ServerProcess("--store", "memory://")
+        server.proc = subprocess.Popen([sys.executable, "-m", "budgeter", "serve", *server.args],
+                                       env=server.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            _first_answer(server.target)
+            assert health(server.target, "") == down and health(server.target, SERVICE) == down
+            assert health(server.target, LIVENESS) == serving
+            if stop_early:
+                seen = []
+                server.proc.send_signal(signal.SIGTERM)
+                while server.proc.poll() is None:
+                    with contextlib.suppress(grpc.RpcError):
+                        seen.append(health(server.target, ""))
+                    time.sleep(0.02)
+                assert serving not in seen and server.proc.returncode == 0
+            else:
+                wait_for(server.target, "", serving, timeout=60)
+                assert health(server.target, SERVICE) == serving
+        finally:
+            out = server.stop()
+        assert "budgeter: serving on" in out and "budgeter: stopped" in out and "Traceback" not in out, out
