@@ -7,7 +7,6 @@ in-flight calls finish for ``settings.grace`` seconds.
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import logging
 import os
@@ -30,9 +29,9 @@ from budgeter.service.metrics import Metrics
 from budgeter.service.profiles import Profiles, settle
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.service.sessions import Limits, Sessions
+from budgeter.service.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
-from budgeter.tokenizers.twin import warm_thread
 from budgeter.v1 import budgeter_pb2
 
 SERVICE = budgeter_pb2.DESCRIPTOR.services_by_name["BudgeterService"].full_name
@@ -95,19 +94,12 @@ class Server:
         self.sessions.store.close()
 
     def start_workers(self, timeout: float = 60.0) -> None:
-        """Start every RPC worker now, each set up to count (``warm_thread``, the pool's
-        initializer) before it takes a call. A worker otherwise starts at the call that finds the
-        others busy and sets up there: such a call took 13-290 ms more here. ``budgeter serve``
-        does this once, after ``settle``; a call that comes in meanwhile waits for a worker."""
-        if self.pool is None or not self.workers:
-            return
-        gate = threading.Barrier(self.workers)
-
-        def hold() -> None:  # each keeps its worker until every worker has started
-            with contextlib.suppress(threading.BrokenBarrierError):
-                gate.wait(timeout)
-
-        futures.wait([self.pool.submit(hold) for _ in range(self.workers)], timeout=timeout)
+        """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
+        takes a call. A worker otherwise starts at the call that finds the others busy and sets up
+        there: such a call took 13-290 ms more here. ``budgeter serve`` does this once, after
+        ``settle``; a call that comes in meanwhile waits for a worker."""
+        if self.pool is not None:
+            start_all(self.pool, self.workers, timeout)
 
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()
@@ -145,8 +137,7 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),
                ("grpc.max_send_message_length", settings.max_request_bytes),
                ("grpc.so_reuseport", 0)]
-    pool = futures.ThreadPoolExecutor(max_workers=settings.max_workers, thread_name_prefix="budgeter-rpc",
-                                      initializer=warm_thread)
+    pool = counting_pool(settings.max_workers, "budgeter-rpc")
     server = grpc.server(pool, options=options)
     undo.append(lambda: server.stop(None))
     auth = Auth(settings.tokens())

@@ -1,13 +1,17 @@
-"""A server's RPC workers are set up to count before they take a call (``Server.start_workers``,
-as ``budgeter serve`` runs it), and end with the server."""
+"""A server's RPC workers, and the proxy's threads for blocking work, are set up to count before
+they take a call (``Server.start_workers``, as ``budgeter serve`` runs it; the proxy's ``_config``),
+and end with their server."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
+
 from budgeter.client import Client
 from budgeter.service.server import create_server
+from budgeter.service.workers import LastIdlePool, start_all
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import twin
 from tests.service.conftest import settings
@@ -69,6 +73,71 @@ def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop():
             assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
     finally:
         server.stop(0)
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.is_alive() for t in mine)
+
+
+def test_the_last_idle_thread_takes_the_next_task_and_a_busy_pool_queues():
+    """``LastIdlePool``: a lone caller's tasks run on one thread (the one idle the shortest time),
+    each thread is set up to count before its first task, tasks beyond ``workers`` wait for a
+    thread, errors reach the caller, and shutdown ends the threads."""
+    seen: list = []
+    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
+    pool = LastIdlePool(3, "zq-pool")
+    try:
+        start_all(pool, 3)
+        threads = [t for t in threading.enumerate() if t.name.startswith("zq-pool")]
+        assert len(threads) == 3
+        assert all([t for ident, _, t in seen if ident == thread.ident] == list(twin.CORPUS) for thread in threads)
+        assert len({pool.submit(threading.get_ident).result(timeout=30) for _ in range(20)}) == 1
+        gate = threading.Barrier(3)
+        release = threading.Event()
+
+        def busy() -> int:
+            gate.wait(30)
+            release.wait(30)
+            return threading.get_ident()
+
+        running = [pool.submit(busy) for _ in range(3)]
+        queued = pool.submit(threading.get_ident)
+        time.sleep(0.2)
+        assert not queued.done()  # all three threads are busy
+        release.set()
+        assert queued.result(timeout=30) in {f.result(timeout=30) for f in running}
+        failing = pool.submit(int, "not a number")
+        assert isinstance(failing.exception(timeout=30), ValueError)
+    finally:
+        pool.shutdown()
+        twin._LIVE.discard(counter)
+    assert not any(t.is_alive() for t in threads)
+    with pytest.raises(RuntimeError):
+        pool.submit(threading.get_ident)
+
+
+def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path):
+    """The proxy's worker threads start, set up to count, before it serves (Starlette's own pool
+    starts a thread at a busy moment and retires it after 10 idle seconds, so a later burst's new
+    threads set up at their first count); they end with the proxy."""
+    from budgeter.proxy import start
+    from budgeter.settings import Settings
+
+    before = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")}
+    proxy = start(Settings(proxy_port=0, upstream="http://127.0.0.1:9/v1", store=f"sqlite://{tmp_path}/p.db",
+                           max_workers=3))
+    try:
+        mine = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")} - before
+        assert len(mine) == 3
+        live = list(twin._LIVE)
+        pool = proxy.server.config.app.state.proxy.pool
+        assert all(pool.submit(lambda: all(getattr(r._current[1], "done", False) for r in live)).result(30)
+                   for _ in range(3))
+        import httpx
+
+        assert httpx.get(proxy.base_url.removesuffix("/v1") + "/health", timeout=30).json()["status"] == "SERVING"
+    finally:
+        proxy.stop()
     deadline = time.monotonic() + 10
     while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
         time.sleep(0.01)
