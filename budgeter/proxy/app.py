@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (passed through),
 ``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health``, ``GET /metrics``; anything else
-is an OpenAI-style 404. Blocking work (store, tokenizer) runs in Starlette's thread pool.
+is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads, set up
+to count before it serves (``service.workers.LastIdlePool``).
 """
 
 from __future__ import annotations

@@ -42,6 +42,18 @@ def start_all(pool: futures.Executor, workers: int, timeout: float = 60.0) -> No
     futures.wait([pool.submit(hold) for _ in range(workers)], timeout=timeout)
 
 
+def _run(task: Task) -> None:
+    future, fn, args, kwargs = task
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
 class _Slot:
     """An idle thread's mailbox: the task handed to it (None: the pool shut down)."""
 
@@ -78,7 +90,9 @@ class LastIdlePool(futures.Executor):
                 slot.task = task
                 slot.wake.set()
             elif len(self._threads) < self._max:
-                thread = threading.Thread(target=self._work, args=(task,), daemon=True,
+                slot = _Slot()
+                slot.task = task  # (not the thread's args, which it would hold while it lives)
+                thread = threading.Thread(target=self._work, args=(slot,), daemon=True,
                                           name=f"{self._name}_{len(self._threads)}")
                 self._threads.append(thread)
                 thread.start()
@@ -86,20 +100,12 @@ class LastIdlePool(futures.Executor):
                 self._backlog.append(task)
         return future
 
-    def _work(self, task: Task | None) -> None:
+    def _work(self, slot: _Slot) -> None:
         warm_thread()
-        slot = _Slot()
+        task, slot.task = slot.task, None
         while task is not None:
-            future, fn, args, kwargs = task
-            task = None
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del future, fn, args, kwargs  # an idle thread holds nothing of the task it ran
+            _run(task)
+            task = None  # an idle thread holds nothing of the task it ran
             with self._lock:
                 if self._backlog:
                     task = self._backlog.popleft()

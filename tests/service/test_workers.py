@@ -4,8 +4,10 @@ and end with their server."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -114,6 +116,22 @@ def test_the_last_idle_thread_takes_the_next_task_and_a_busy_pool_queues():
     assert not any(t.is_alive() for t in threads)
     with pytest.raises(RuntimeError):
         pool.submit(threading.get_ident)
+
+
+def test_an_idle_thread_of_the_pool_holds_nothing_of_the_tasks_it_ran():
+    class Result:
+        pass
+
+    pool = LastIdlePool(1, "zq-hold")
+    try:
+        for _ in range(2):  # the task that starts the thread, then one it is handed idle
+            future = pool.submit(Result)
+            result = weakref.ref(future.result(timeout=30))
+            del future
+            gc.collect()
+            assert result() is None
+    finally:
+        pool.shutdown()
 
 
 def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path):
