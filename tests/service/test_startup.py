@@ -181,8 +181,8 @@ def test_serve_is_not_ready_until_warmed_up_and_a_sigterm_then_stops_it_cleanly(
     that would wait on that; SERVING after. A SIGTERM during the warm-up stops it gracefully, and
     it never reports SERVING."""
     serving, down = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-    for stop_early in (False, True):
-        server = ServerProcess("--store", "memory://")
+    for stop_early in (False, True):  # (16 RPC workers to set up: a warm-up of ~1 s, not ~0.5)
+        server = ServerProcess("--store", "memory://", env={"BUDGETER_MAX_WORKERS": "16"})
         server.proc = subprocess.Popen([sys.executable, "-m", "budgeter", "serve", *server.args],
                                        env=server.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
