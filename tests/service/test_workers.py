@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 
+import httpx
 import pytest
 
 from budgeter.client import Client
@@ -22,6 +23,28 @@ from tests.tokenizers.test_twin import _Recorder
 
 def _workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("budgeter-rpc")]
+
+
+def _set_up_on_every_thread(pool, workers: int) -> list[bool]:
+    """Whether every fastokens counter of the process is set up, asked on each of the pool's
+    ``workers`` threads at once (each waits at a gate, so no thread answers twice)."""
+    live = list(twin._LIVE)
+    assert live, "the default profile counts with fastokens"
+    gate = threading.Barrier(workers)
+
+    def set_up() -> bool:
+        ready = all(getattr(r._current[1], "done", False) for r in live)
+        gate.wait(30)
+        return ready
+
+    return [f.result(timeout=60) for f in [pool.submit(set_up) for _ in range(workers)]]
+
+
+def _ended(threads) -> bool:
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not any(t.is_alive() for t in threads)
 
 
 def test_warm_thread_sets_every_fastokens_counter_up_in_the_calling_thread():
@@ -56,29 +79,17 @@ def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop():
     server = create_server(settings(max_workers=3), store=MemoryStore())
     mine: set[threading.Thread] = set()
     try:
-        live = list(twin._LIVE)
-        assert live, "the default profile counts with fastokens"
         server.start_workers()
         mine = set(_workers()) - others
         assert len(mine) == 3
-        gate = threading.Barrier(3)
-
-        def set_up() -> bool:  # run on each worker at once: the three wait at the gate
-            ready = all(getattr(r._current[1], "done", False) for r in live)
-            gate.wait(30)
-            return ready
-
         assert server.pool is not None
-        assert [f.result(timeout=60) for f in [server.pool.submit(set_up) for _ in range(3)]] == [True] * 3
+        assert _set_up_on_every_thread(server.pool, 3) == [True] * 3
         with Client(server.target, timeout=30) as client:
             session = client.create_session(window=8192)
             assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
     finally:
         server.stop(0)
-    deadline = time.monotonic() + 10
-    while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not any(t.is_alive() for t in mine)
+    assert _ended(mine)
 
 
 def test_the_last_idle_thread_takes_the_next_task_and_a_busy_pool_queues():
@@ -147,16 +158,8 @@ def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp
     try:
         mine = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")} - before
         assert len(mine) == 3
-        live = list(twin._LIVE)
-        pool = proxy.server.config.app.state.proxy.pool
-        assert all(pool.submit(lambda: all(getattr(r._current[1], "done", False) for r in live)).result(30)
-                   for _ in range(3))
-        import httpx
-
+        assert _set_up_on_every_thread(proxy.server.config.app.state.proxy.pool, 3) == [True] * 3
         assert httpx.get(proxy.base_url.removesuffix("/v1") + "/health", timeout=30).json()["status"] == "SERVING"
     finally:
         proxy.stop()
-    deadline = time.monotonic() + 10
-    while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not any(t.is_alive() for t in mine)
+    assert _ended(mine)
