@@ -215,6 +215,15 @@ td:first-child,th:first-child{text-align:left}.note{color:#6c757d;font-size:12px
 .headline .big{font-size:20px}.headline p{margin:6px 0}"""
 
 
+def failures_table(p: dict[str, Any]) -> str:
+    """Which calls were taken as failed, and why: declared by the caller, budgeter's verdict, the
+    model retried it, the same error again, or the result's text."""
+    rows = [(f["index"], f["tool"], f["why"]) for f in p.get("failures", [])]
+    if not rows:
+        return "<p class='note'>No failed calls.</p>"
+    return table(rows, ["#", "tool", "evidence"])
+
+
 def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
     first = profiles[0]
     summary = table([(p["tokenizer"], p["tokens"], f"{p['utilization']:.0%}" if p["utilization"] else "",
@@ -231,6 +240,7 @@ def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
         "<h2>Window composition (tokens)</h2>", composition_svg(profiles),
         f"<h2>Tokens per message ({esc(first['tokenizer'])})</h2>", timeline_svg(first),
         "<h2>Heaviest messages</h2>", top,
+        "<h2>Failed calls and the evidence for each</h2>", failures_table(first),
         "<h2>Characters per token by content kind</h2>",
         table(kind_rows, ["kind", *(p["tokenizer"] for p in profiles)]),
         f"<h2>Compaction at a {first['window']:,}-token window ({esc(first['tokenizer'])})</h2>",

@@ -2,21 +2,40 @@
 
 ``History`` holds the messages and, per message, its ``Facts``: for an assistant message, one
 ``CallFacts`` per tool call (the call's verdict, which is ``validate_tool_call``'s, its file
-operation and path, and its failure key); for a tool result, its status. It also keeps the indexes
-every step, guard and profile queries instead of rebuilding them: where each call and its first
-result are, which calls failed (by failure key, in order), which later call succeeded with a
-failed call's payload, and where the last assistant message is (a failure is *answered* once an
-assistant message follows its result: the model has seen the error).
+operation and path, and its failure key); for a tool result, its status and the evidence for it.
+It also keeps the indexes every step, guard and profile queries instead of rebuilding them: where
+each call and its first result are, which calls failed and on what evidence (``failed_by``), which
+later call succeeded with a failed call's payload, and where the last assistant message is (a
+failure is *answered* once an assistant message follows its result: the model has seen the error).
+
+A call failed on the strongest evidence at hand (``classify.Evidence``):
+- **declared**: its result's status, ``is_error``/``isError`` or an MCP ``isError`` result;
+- **verdict**: budgeter judged it not runnable (truncated or invalid arguments from the start; a
+  schema problem, an empty required field, an empty path for a file write, a copied marker or a
+  repeat of a failure once its result arrives, whatever the result says);
+- **retried**: the model's next call to the same tool, with no other call succeeding between,
+  repeats a write or edit's payload (the same arguments, the same non-empty arguments with more
+  given, or the same large content): the earlier one did not do its job. A read or command run
+  again is not taken as failed for that;
+- **same error**: consecutive calls to one tool answered by the same text, which shows a sign of
+  an error, or which answered a call already known to have failed (the model reworks the
+  arguments, the error stays);
+- **text**: the result reads as a failure report (``classify.text_failed``).
+A result the caller declared ``ok`` is never taken as failed. The evidence a call failed on never
+changes once recorded; the later kinds (retried, same error) are recorded when the model's next
+call or result shows them.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.classify import FileOp, ResultStatus, file_op, result_status
-from budgeter.core.guards import CallVerdict, FailureKey, validate_tool_call
+from budgeter.core.classify import (CallKind, Evidence, FileOp, ResultStatus, call_kind, error_cue, file_op,
+                                    result_status)
+from budgeter.core.guards import CallVerdict, FailureKey, Problem, validate_tool_call
 from budgeter.core.jsonargs import ArgStatus
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
@@ -32,6 +51,7 @@ class CallFacts:
     path: str
     value: dict[str, Any] | None
     """The parsed arguments (VALID or REPAIRED), else None."""
+    kind: CallKind = CallKind.OTHER
 
     @property
     def key(self) -> FailureKey:
@@ -42,11 +62,32 @@ class CallFacts:
     def bad_arguments(self) -> bool:
         return self.verdict.status in (ArgStatus.TRUNCATED, ArgStatus.INVALID)
 
+    @property
+    def not_runnable(self) -> bool:
+        """Budgeter's verdict says the call could not do its job: bad arguments, a problem other
+        than a type a runtime commonly coerces (``"5"`` for an integer) or a copied marker (which
+        budgeter's own shrunk prompt holds too, so trimming its output again would take the call
+        for failed), or a file write or edit with an empty path."""
+        if self.bad_arguments or any(not _lenient(p) for p in self.verdict.problems):
+            return True
+        return self.kind is CallKind.MUTATE and not self.path and self.value is not None and any(
+            self.value.get(k) == "" for k in _PATH_KEYS)
+
+
+def _lenient(p: Problem) -> bool:
+    return p.code == "COPIED_MARKER" or p.code == "SCHEMA" and "is not of type" in p.message and any(
+        t in p.message for t in ("'integer'", "'number'", "'boolean'"))
+
+
+_PATH_KEYS = ("path", "file_path", "filepath", "file", "filename")
+
 
 @dataclass(frozen=True, slots=True)
 class Facts:
     calls: tuple[CallFacts, ...] = ()
     result: ResultStatus | None = None
+    evidence: Evidence | None = None
+    """What decided ``result``: declared, verdict or text; None for an OK nobody declared."""
 
 
 CallRef = tuple[int, int]
@@ -62,22 +103,30 @@ class History:
     call_at: dict[str, CallRef] = field(default_factory=dict)
     result_at: dict[str, int] = field(default_factory=dict)
     failures: dict[FailureKey, list[CallRef]] = field(default_factory=dict)
-    """Failed calls by failure key, oldest first (a call fails by its arguments or its result)."""
+    """Failed calls by failure key, in the order their failure was recorded."""
+    failed_by: dict[CallRef, Evidence] = field(default_factory=dict)
+    """Failed call -> the evidence it was taken as failed on (the first recorded)."""
     first_error: dict[FailureKey, tuple[int, str]] = field(default_factory=dict)
-    """Failure key -> (index of the first failed call, first line of its error)."""
+    """Failure key -> (index of the first failed call, first line of its error), for the failures
+    known when their result arrived (arguments, declared, verdict, text): what a later identical
+    call is checked against (``REPEATED_FAILURE``), the same whether messages come one by one or
+    in a batch (``preview``)."""
     retries: dict[CallRef, list[CallRef]] = field(default_factory=dict)
     """Failed call -> its run of identical retries (shared list, oldest first): identical failures
     with no successful call between them. A later identical failure after other work succeeded
     (the same test run again after an edit) starts a new run."""
     owned_failures: list[CallRef] = field(default_factory=list)
     """Failed calls that own their id (the first call with that id, which its results answer),
-    oldest failure first. A call's failure, once recorded, never changes (a second result for an
-    id is not recorded)."""
+    in the order their failure was recorded. A call's failure, once recorded, never changes (a
+    second result for an id is not recorded)."""
     resolved_by: dict[CallRef, int] = field(default_factory=dict)
     """Failed call -> index of the later call that succeeded with the same payload."""
     last_assistant: int = -1
-    last_success: int = -1
-    """History index of the last OK tool result."""
+    successes: list[int] = field(default_factory=list)
+    """History indexes of the OK tool results whose call is not taken as failed, ascending."""
+    previous_call: dict[CallRef, CallRef] = field(default_factory=dict)
+    """Call -> the call to the same tool before it (what "retried" and "same error" compare)."""
+    _last_of_tool: dict[str, CallRef] = field(default_factory=dict)
     html_writes: list[int] = field(default_factory=list)
     memo: dict[str, dict[Any, Any]] = field(default_factory=dict)
     """Per-step caches of results that are functions of the history's state (e.g. a collapsed
@@ -97,6 +146,11 @@ class History:
         """Failed calls whose result the model has not answered yet (no assistant message after it)."""
         return frozenset(ref for _, ref in self._unanswered)
 
+    @property
+    def last_success(self) -> int:
+        """History index of the last OK tool result whose call is not taken as failed."""
+        return self.successes[-1] if self.successes else -1
+
     def append(self, m: Message, facts: Facts | None = None) -> Facts:
         """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
         facts = facts if facts is not None else self.facts_for(m)
@@ -109,11 +163,14 @@ class History:
                 self.changed_failures.extend(ref for _, ref in self._unanswered)
                 self._unanswered.clear()
         for no, cf in enumerate(facts.calls):
-            self.call_at.setdefault(cf.id, (index, no))
+            ref = (index, no)
             if cf.op is FileOp.WRITE and cf.path.lower().endswith((".html", ".htm")):
                 self.html_writes.append(index)
+            if self.call_at.setdefault(cf.id, ref) != ref:
+                continue  # a reused id: its results answer the first call
             if cf.bad_arguments:
-                self._failed((index, no), cf, _bad(cf))
+                self._failed(ref, cf, _bad(cf), Evidence.VERDICT, known=True)
+            self._after(ref, cf)
         if m.role == "tool" and m.tool_call_id is not None and m.tool_call_id not in self.result_at:
             self._result(index, m, facts)
         return facts
@@ -121,17 +178,26 @@ class History:
     def extend(self, messages: Iterable[Message]) -> list[Facts]:
         return [self.append(m) for m in messages]
 
-    def facts_for(self, m: Message, *, failures: dict[FailureKey, tuple[int, str]] | None = None) -> Facts:
-        """The facts ``append`` would record for ``m`` now (nothing is recorded)."""
+    def facts_for(self, m: Message, *, failures: dict[FailureKey, tuple[int, str]] | None = None,
+                  call: CallFacts | None = None) -> Facts:
+        """The facts ``append`` would record for ``m`` now (nothing is recorded); ``call``: the
+        facts of the call a tool result answers, when it is not recorded yet."""
         if m.role == "tool":
-            return Facts(result=result_status(m.content, declared=m.status))
+            cf = call if call is not None else self._call_facts(m.tool_call_id)
+            if cf is None:
+                status, evidence = result_status(m.content, declared=m.status)
+                return Facts(result=status, evidence=evidence)
+            status, evidence = result_status(m.content, declared=m.status, kind=cf.kind, target=cf.path)
+            if evidence is not Evidence.DECLARED and cf.not_runnable:
+                status, evidence = ResultStatus.ERROR, Evidence.VERDICT
+            return Facts(result=status, evidence=evidence)
         known = self.first_error if failures is None else failures
         calls = []
         for c in m.tool_calls:
             verdict = validate_tool_call(c, self.tools, finish_reason=m.finish_reason, failures=known)
             value = verdict.value
             op, path = file_op(c.name, value, self.policy.file_tools)
-            calls.append(CallFacts(c.id, c.name, verdict, op, path, value))
+            calls.append(CallFacts(c.id, c.name, verdict, op, path, value, call_kind(c.name, value, op)))
         return Facts(calls=tuple(calls))
 
     def preview(self, messages: Sequence[Message]) -> list[Facts]:
@@ -140,13 +206,13 @@ class History:
         calls: dict[str, CallFacts] = {}
         out = []
         for i, m in enumerate(messages):
-            facts = self.facts_for(m, failures=failures)
+            cf_ = calls.get(m.tool_call_id or "") or self._call_facts(m.tool_call_id)
+            facts = self.facts_for(m, failures=failures, call=cf_)
             out.append(facts)
             for cf in facts.calls:
-                calls[cf.id] = cf
+                calls.setdefault(cf.id, cf)
                 if cf.bad_arguments:
                     failures.setdefault(cf.key, (len(self) + i, _bad(cf)))
-            cf_ = calls.get(m.tool_call_id or "") or self._call_facts(m.tool_call_id)
             if m.role == "tool" and facts.result is ResultStatus.ERROR and cf_ is not None:
                 failures.setdefault(cf_.key, (len(self) + i, _first_line(m.content)))
         return out
@@ -160,11 +226,7 @@ class History:
         return self.result_at.get(call_id)
 
     def failed(self, ref: CallRef) -> bool:
-        cf = self.call(ref)
-        if cf.bad_arguments:
-            return True
-        at = self.result_at.get(cf.id)
-        return at is not None and self.facts[at].result is ResultStatus.ERROR
+        return ref in self.failed_by
 
     def answered(self, ref: CallRef) -> bool:
         """The model has seen this call's outcome: an assistant message follows its result."""
@@ -186,6 +248,11 @@ class History:
         ref = self.call_at.get(call_id or "")
         return self.call(ref) if ref is not None else None
 
+    def _succeeded_between(self, after: int, before: int) -> bool:
+        """Whether an OK result (of a call not taken as failed) lies strictly between."""
+        k = bisect.bisect_right(self.successes, after)
+        return k < len(self.successes) and self.successes[k] < before
+
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _result(self, index: int, m: Message, facts: Facts) -> None:
@@ -196,29 +263,83 @@ class History:
             return
         cf = self.call(ref)
         if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
-            self._failed(ref, cf, _first_line(m.content))
+            assert facts.evidence is not None
+            self._failed(ref, cf, _first_line(m.content), facts.evidence, known=True)
         elif facts.result is ResultStatus.OK and not cf.bad_arguments:
-            self.last_success = index
-            if cf.value is not None:
-                self._resolve(ref, cf)
-        if cf.bad_arguments or facts.result is ResultStatus.ERROR:  # a failed call has its result now
+            same = self._same_error(ref, cf, m.content) if facts.evidence is not Evidence.DECLARED else None
+            if same is not None:
+                self._failed(ref, cf, _first_line(m.content), same)
+            else:
+                self.successes.append(index)
+                if cf.value is not None:
+                    self._resolve(ref, cf)
+        if self.failed(ref):  # a failed call has its result now
             self.changed_failures.append(ref)
             self._unanswered.append((index, ref))
 
-    def _failed(self, ref: CallRef, cf: CallFacts, error: str) -> None:
+    def _after(self, ref: CallRef, cf: CallFacts) -> None:
+        """A new call: the model's next move shows whether the previous call to the same tool, a
+        write or an edit, did its job ("retried")."""
+        before = self._last_of_tool.get(cf.name)
+        self._last_of_tool[cf.name] = ref
+        if before is None:
+            return
+        self.previous_call[ref] = before
+        prev = self.call(before)
+        at = self.result_at.get(prev.id)
+        if (at is None or prev.kind is not CallKind.MUTATE or self.failed(before)
+                or self.facts[at].evidence is Evidence.DECLARED or self._succeeded_between(at, ref[0])):
+            return
+        if prev.value is not None and cf.value is not None and _repeats(prev.value, cf.value):
+            self._unsucceed(at)
+            self._failed(before, prev, _first_line(self.messages[at].content), Evidence.RETRIED)
+
+    def _same_error(self, ref: CallRef, cf: CallFacts, text: str) -> Evidence | None:
+        """The previous call to this tool got the same answer, with no success between: when that
+        call failed, or the text shows a sign of an error, both failed ("same error"; for a call
+        repeated as it was, "retried"). Returns the evidence for this call, None when not."""
+        before = self.previous_call.get(ref)
+        at = self.result_at.get(self.call(before).id) if before is not None else None
+        if before is None or at is None or self._succeeded_between(at, ref[0]):
+            return None
+        prev = self.call(before)
+        if self.facts[at].evidence is Evidence.DECLARED and not self.failed(before):
+            return None
+        if not text.strip() or self.messages[at].content.strip() != text.strip():
+            return None
+        evidence = Evidence.RETRIED if prev.key == cf.key else Evidence.SAME_ERROR
+        if not self.failed(before):
+            if not error_cue(text) or cf.kind is CallKind.READ:
+                return None  # a read run again and answered alike is not a failure
+            self._unsucceed(at)
+            self._failed(before, prev, _first_line(text), evidence)
+        return evidence
+
+    def _unsucceed(self, at: int) -> None:
+        k = bisect.bisect_left(self.successes, at)
+        if k < len(self.successes) and self.successes[k] == at:
+            del self.successes[k]
+
+    def _failed(self, ref: CallRef, cf: CallFacts, error: str, evidence: Evidence, *, known: bool = False) -> None:
+        """Record a failure; ``known``: found when the call or its result arrived (what later
+        identical calls are checked against)."""
+        if ref in self.failed_by:
+            return
+        self.failed_by[ref] = evidence
         same = self.failures.setdefault(cf.key, [])
         previous = same[-1] if same else None
-        if previous is not None and self.last_success < previous[0]:
+        if previous is not None and not self._succeeded_between(previous[0], ref[0]):
             run = self.retries[previous]
             run.append(ref)
+            run.sort()
         else:
             run = [ref]
         self.retries[ref] = run
-        if self.call_at.get(cf.id) == ref:
-            self.owned_failures.append(ref)
+        self.owned_failures.append(ref)
         self.changed_failures.extend(run)
         same.append(ref)
-        self.first_error.setdefault(cf.key, (ref[0], error))
+        if known:
+            self.first_error.setdefault(cf.key, (ref[0], error))
 
     def _resolve(self, ref: CallRef, ok: CallFacts) -> None:
         """Earlier failures of this tool whose every non-empty argument the success repeats."""
@@ -226,12 +347,28 @@ class History:
         for refs in self.failures.values():
             for failed in refs:
                 cf = self.call(failed)
-                if cf.name != ok.name or failed in self.resolved_by or cf.value is None:
+                if cf.name != ok.name or failed in self.resolved_by or cf.value is None or failed[0] >= ref[0]:
                     continue
                 given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}
                 if given and all(ok.value.get(k) == v for k, v in given.items()):
                     self.resolved_by[failed] = ref[0]
                     self.changed_failures.append(failed)
+
+
+RETRY_PAYLOAD_CHARS = 256
+"""A write's content this long, written again at once by the same tool elsewhere, shows the first
+write did not do its job (short contents, such as an empty ``__init__.py``, are written to many
+places)."""
+
+
+def _repeats(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """The later arguments repeat the earlier payload: every non-empty earlier argument given again
+    (the same call, or one that adds what was missing), or the same large content."""
+    given = {k: v for k, v in before.items() if v not in ("", None, [], {})}
+    if given and all(after.get(k) == v for k, v in given.items()):
+        return True
+    big = {v for v in before.values() if isinstance(v, str) and len(v) >= RETRY_PAYLOAD_CHARS}
+    return any(isinstance(v, str) and v in big for v in after.values())
 
 
 def _bad(cf: CallFacts) -> str:

@@ -5,6 +5,10 @@ Input is the OpenAI format: roles system/user/assistant/tool, assistant ``tool_c
 (``[{"type": "text", "text": ...}]``) are joined; other part types are rejected.
 Two optional extension fields are kept: ``finish_reason`` on an assistant message (``length``
 marks its calls as cut) and ``status`` (``ok``/``error``) on a tool result (the caller's verdict).
+A tool result may declare its outcome the other common ways too, taken as ``status``: a boolean
+``is_error`` (Anthropic's convention) or ``isError`` (MCP's), and a content that is an MCP
+``CallToolResult`` object (``{"content": [text parts], "isError": true}``), whose text parts
+become the content.
 """
 
 from __future__ import annotations
@@ -126,10 +130,13 @@ def from_openai(raw: Any, *, index: int = 0) -> Message:
     status = raw.get("status")
     if status not in (None, "ok", "error"):
         raise InvalidMessage(f"{where}.status must be 'ok' or 'error'", field=f"{where}.status")
+    content = raw.get("content")
+    if role == "tool":
+        status, content = _declared(raw, status, content, where=where)
     reasoning = raw.get("reasoning_content", raw.get("reasoning"))
     return Message(
         role=role,
-        content=_text(raw.get("content"), where=where),
+        content=_text(content, where=where),
         tool_calls=tuple(_tool_call(c, where=f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
         tool_call_id=tool_call_id if role == "tool" else None,
         name=raw.get("name") if isinstance(raw.get("name"), str) else None,
@@ -137,6 +144,25 @@ def from_openai(raw: Any, *, index: int = 0) -> Message:
         finish_reason=raw.get("finish_reason") if isinstance(raw.get("finish_reason"), str) else None,
         status=status,
     )
+
+
+def _declared(raw: Mapping[str, Any], status: str | None, content: Any, *, where: str) -> tuple[str | None, Any]:
+    """A tool result's declared outcome by any of the conventions (``status`` wins), and its
+    content with an MCP ``CallToolResult`` unwrapped."""
+    if isinstance(content, Mapping) and isinstance(content.get("content"), list):
+        flag = content.get("isError", False)
+        if not isinstance(flag, bool):
+            raise InvalidMessage(f"{where}.content.isError must be a boolean", field=f"{where}.content.isError")
+        status = status or ("error" if flag else "ok")
+        content = content["content"]
+    for key in ("is_error", "isError"):
+        flag = raw.get(key)
+        if flag is None:
+            continue
+        if not isinstance(flag, bool):
+            raise InvalidMessage(f"{where}.{key} must be a boolean", field=f"{where}.{key}")
+        status = status or ("error" if flag else "ok")
+    return status, content
 
 
 def from_openai_list(raw: Any) -> list[Message]:

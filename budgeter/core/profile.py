@@ -76,6 +76,8 @@ class Profile:
     load_seconds: float
     encode_mb_per_s: float
     notes: list[str] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    """Each failed call: its message, tool and the evidence it was taken as failed on."""
 
     def top(self, n: int = 10) -> list[MessageFigures]:
         return sorted(self.messages, key=lambda m: (-m.tokens, m.index))[:n]
@@ -92,6 +94,7 @@ class Profile:
             "top": [_fig(m) for m in self.top(top)], "messages": [_fig(m) for m in self.messages],
             "load_seconds": round(self.load_seconds, 4),
             "encode_mb_per_s": round(self.encode_mb_per_s, 2), "notes": self.notes,
+            "failures": self.failures,
         }
 
 
@@ -163,7 +166,7 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
         lost = sum(counter.count_text(c.arguments) for c in m.tool_calls if c.id in failed and c.arguments)
         figures.append(MessageFigures(
             i, m.role, names.get(m.tool_call_id or "", "") if m.role == "tool" else
-            ",".join(c.name for c in m.tool_calls), _category(m, f, i in stale, lost),
+            ",".join(c.name for c in m.tool_calls), _category(m, m.tool_call_id in failed, i in stale, lost),
             content_kind("\n".join(kind_texts(m))), sum(map(len, texts)), content,
             counter.message_cost(m), lost))
         if progress:
@@ -174,7 +177,7 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
                   _by_tool(figures), _by_kind(figures), waste, rank_waste(waste, figures, total),
                   _compaction(messages, counter, tools, policy), load_seconds,
                   encode_throughput(counter, [t for m in messages for t in content_texts(m)]),
-                  list(counter.notes))
+                  list(counter.notes), failed_calls(log))
     return out
 
 
@@ -194,15 +197,19 @@ def encode_throughput(counter: PromptCounter, texts: Sequence[str]) -> float:
 
 
 def failed_call_ids(log: History) -> set[str]:
-    """Ids of the tool calls whose result was an error."""
-    return {m.tool_call_id for m, f in zip(log.messages, log.facts, strict=True)
-            if m.role == "tool" and m.tool_call_id and f.result is ResultStatus.ERROR}
+    """Ids of the tool calls taken as failed (on any evidence, ``History.failed_by``)."""
+    return {log.call(ref).id for ref in log.failed_by}
 
 
-def _category(m: Message, f: Facts, stale: bool, failed_tokens: int) -> str:
+def failed_calls(log: History) -> list[dict[str, Any]]:
+    """The failed calls in history order, each with the evidence it was taken as failed on."""
+    return [{"index": ref[0], "tool": log.call(ref).name, "id": log.call(ref).id, "why": why.value}
+            for ref, why in sorted(log.failed_by.items())]
+
+
+def _category(m: Message, failed: bool, stale: bool, failed_tokens: int) -> str:
     if m.role == "tool":
-        return "stale_snapshots" if stale else (
-            "tool_failed" if f.result is ResultStatus.ERROR else "tool_ok")
+        return "stale_snapshots" if stale else ("tool_failed" if failed else "tool_ok")
     if m.role in ("system", "user"):
         return m.role
     return "failed_calls" if failed_tokens else "assistant"

@@ -87,7 +87,7 @@ def test_folds_merge_across_turns_exactly_as_at_once(qwen36):
     assert len(stubs) == 1 and "x4" in stubs[0]
 
 
-TRACE = "Traceback (most recent call last):\n" * 30
+TRACE = "Traceback (most recent call last):\n" + "  File \"a.py\", line 3, in f\n    g()\n" * 30 + "KeyError: 'budget'"
 
 
 def test_a_retry_after_other_work_succeeded_is_not_folded(qwen36):

@@ -1,6 +1,7 @@
 """Window hygiene for failed calls, on every build (not only over budget).
 
-A call failed when its arguments are TRUNCATED/INVALID or its result is ERROR. Each failed call's
+A call failed on the evidence ``History.failed_by`` records for it (declared, verdict, retried,
+same error, text; see ``facts``), and every stub names that evidence (``why=``). Each failed call's
 form in the prompt is a pure function of the history, so a collapsed message renders the same on
 every later turn and a session built turn by turn folds exactly as one built at once:
 
@@ -33,6 +34,7 @@ from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View
 from budgeter.core.sniff import sniff, suggest_path
 
 STUB_LEAF_CHARS = 120
+FAILED_STUB = marker("failed")[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     # pressure changes only a failure kept verbatim (not answered yet): for the others a compacting
     # build finds the collapse the build before it made, instead of making it again
     pressed = pressed and ctx.policy.keep_latest_failure and not answered
-    state = (f.ref, len(_run(f, log)), answered, log.resolved_by.get(f.ref), pressed,
+    state = (f.ref, len(_run(f, log)), answered, log.resolved_by.get(f.ref), pressed, log.failed_by.get(f.ref),
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
     last = latest.get(f.ref)  # the same items as last build (most builds): no hashing of items
     if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
@@ -197,25 +199,28 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     args_handle = handle_for(original_args)
     shown = {args_handle: original_args}
     error = log.messages[result_item.index].content
+    if error.startswith(FAILED_STUB):  # collapsed by an earlier trim of this very prompt: stays
+        return call_item, result_item, None, {}
     verbatim = ctx.policy.keep_latest_failure and not log.answered(ref)
     count = f"x{times}" if times > 1 else ""
+    why = why_word(log, ref)
     if verbatim and result_item.kind is Kind.STUB and result_item.message.content.endswith(f"\n{error}") \
             and "args h=" in result_item.message.content:
         return call_item, result_item, None, shown  # collapsed under pressure in an earlier round: stays
     if verbatim and not pressed:
         if times == 1:
             return call_item, result_item, None, {}
-        note = marker("failed", f.facts.name, count, "earlier identical attempts folded", f"h={args_handle}")
+        note = marker("failed", f.facts.name, count, why, "earlier identical attempts folded", f"h={args_handle}")
         return call_item, _with_content(result_item, f"{note}\n{error}"), None, shown
     new_call = _stub_call(call_item, f, shown)
     done_by = log.resolved_by.get(ref)
 
     def stub_note(count: str, aids: bool) -> str:
         if verbatim:
-            return _failure_note(f, "", count, args_handle, result_item.index, ctx, shown, aids=aids) + "\n" + error
+            return _failure_note(f, "", count, why, args_handle, result_item.index, ctx, shown, aids=aids) + "\n" + error
         if done_by is not None:
-            return marker("failed", f.facts.name, count, f"then done by #{done_by}", f"args h={args_handle}")
-        return _failure_note(f, error, count, args_handle, result_item.index, ctx, shown, aids=aids)
+            return marker("failed", f.facts.name, count, why, f"then done by #{done_by}", f"args h={args_handle}")
+        return _failure_note(f, error, count, why, args_handle, result_item.index, ctx, shown, aids=aids)
 
     # The stub stands for the whole failed call (arguments and error): it must be shorter than both.
     # Where the run's count and the suggested path make it too long, it goes without them: trimming
@@ -231,7 +236,8 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     new_result = _with_content(result_item, note)
     action = None
     if new_call.message != call_item.message or new_result.message != result_item.message:
-        action = Action(ref[0], "failed_call_collapsed", f"{f.facts.name} {count}".strip(), args_handle)
+        action = Action(ref[0], "failed_call_collapsed", " ".join(p for p in (f.facts.name, count, why) if p),
+                        args_handle)
     return new_call, new_result, action, shown
 
 
@@ -243,7 +249,13 @@ def _arguments(item: Item, f: Failure) -> str:
     return next((c.arguments for c in item.message.tool_calls if c.id == f.facts.id), "")
 
 
-def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: int, ctx: Context,
+def why_word(log: History, ref: CallRef) -> str:
+    """``why=`` and the evidence the call was taken as failed on, in one word."""
+    evidence = log.failed_by.get(ref)
+    return f"why={evidence.value.replace(' ', '-')}" if evidence is not None else ""
+
+
+def _failure_note(f: Failure, error: str, count: str, why: str, args_handle: str, before: int, ctx: Context,
                   shown: dict[str, str], *, aids: bool = True) -> str:
     """The failed call's note. ``aids``: with a path suggested for a write that lost its path."""
     first = " ".join(error.split())[: ctx.policy.stub_keep_error_chars // 2]
@@ -252,7 +264,7 @@ def _failure_note(f: Failure, error: str, count: str, args_handle: str, before: 
         error_handle = handle_for(error)
         shown[error_handle] = error
     payload = _largest_leaf(f.facts.value) if f.facts.value is not None else ""
-    parts = [f.facts.name, count, f'"{first}"' if first else "",
+    parts = [f.facts.name, count, why, f'"{first}"' if first else "",
              f"{fmt_chars(len(payload))} {sniff(payload)} elided" if len(payload) > STUB_LEAF_CHARS else ""]
     if aids and f.facts.op is FileOp.WRITE and not f.facts.path and len(payload) > STUB_LEAF_CHARS:
         pages = ctx.log.html_pages_before(before)
