@@ -63,6 +63,8 @@ class CallKind(StrEnum):
     OTHER = "other"
 
 
+_MUTATES = re.compile(r"write|edit|replace|create|update|delete|remove|patch|apply|insert|move|rename|save|"
+                      r"put|post|send|commit|push|upload|append|mkdir", re.I)
 _READS = re.compile(r"read|view|cat\b|open|show|load|get|grep|search|find|glob|list|\bls\b|fetch|browse|"
                     r"http|web|url|curl|lookup|query|docs", re.I)
 _COMMANDS = re.compile(r"bash|shell|exec|run|terminal|command|cmd|python|ipython|script|sh\b|test|build|"
@@ -71,15 +73,19 @@ _COMMAND_KEYS = ("command", "cmd", "script", "code", "commands", "argv")
 
 
 def call_kind(name: str, args: dict[str, Any] | None, op: FileOp) -> CallKind:
+    """What the call does, from its file operation, its arguments and its name, in that order.
+    A tool's sub-command (``{"command": "view"}``) names what it does; a command line runs."""
     if op is FileOp.WRITE or op is FileOp.EDIT:
         return CallKind.MUTATE
     if op is FileOp.READ:
         return CallKind.READ
-    if args and any(k in args for k in _COMMAND_KEYS) or _COMMANDS.search(name):
-        return CallKind.COMMAND
-    if _READS.search(name):
-        return CallKind.READ
-    return CallKind.OTHER
+    sub = next((v for k in _COMMAND_KEYS if isinstance(v := (args or {}).get(k), str)), None)
+    if sub is not None and sub.strip() and " " not in sub.strip():
+        return call_kind(sub, None, FileOp.NONE) if sub != name else CallKind.OTHER
+    for pattern, kind in ((_MUTATES, CallKind.MUTATE), (_COMMANDS, CallKind.COMMAND), (_READS, CallKind.READ)):
+        if pattern.search(name):
+            return kind
+    return CallKind.COMMAND if sub is not None else CallKind.OTHER
 
 
 def declared_status(text: str, declared: str | None = None) -> ResultStatus | None:
@@ -101,12 +107,12 @@ def declared_status(text: str, declared: str | None = None) -> ResultStatus | No
 
 
 def result_status(text: str, *, declared: str | None = None, kind: CallKind = CallKind.OTHER,
-                  target: str = "") -> tuple[ResultStatus, Evidence | None]:
+                  target: str = "", tool: str = "") -> tuple[ResultStatus, Evidence | None]:
     """(status, the evidence that decided it: None for an OK no one declared)."""
     said = declared_status(text, declared)
     if said is not None:
         return said, Evidence.DECLARED
-    if text_failed(text, kind=kind, target=target):
+    if text_failed(text, kind=kind, target=target, tool=tool):
         return ResultStatus.ERROR, Evidence.TEXT
     return ResultStatus.OK, None
 
@@ -137,9 +143,17 @@ _CUE = re.compile(
     r"\b(?:error|fail(?:ed|ure|s)?|cannot|can't|could not|couldn't|unable|no such|not found|does not exist|"
     r"doesn't exist|denied|not permitted|not allowed|invalid|missing|required|must (?:not )?be|refused|"
     r"timed out|timeout|unknown|not a |is a directory|not supported|unsupported|exception|forbidden|"
-    r"already exists|mismatch|not recognized|no match|did not match|didn't match|aborted|empty)\b", re.I)
-_LOG_RECORD = re.compile(r"(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b|^\[?(?:INFO|DEBUG|WARN(?:ING)?|TRACE)\b)",
-                         re.I)
+    r"already exists|mismatch|not recognized|no match|did not match|didn't match|aborted|empty|not approved|"
+    r"rejected|cancel+ed|not applied|not executed|not performed|was not|were not|not modified|too large|"
+    r"exceed(?:s|ed)?|out of range|illegal|did not|didn't|is not an?|no \w+ (?:was|were) \w+ed)\b", re.I)
+_NO_CUE = re.compile(r"\b(?:no|0|zero|without) (?:\w+ )?(?:errors?|failures?|problems?|issues?)\b|\bsuccess", re.I)
+"""A line that says nothing failed."""
+_HEADER = re.compile(r"^(?:[A-Za-z][\w ]{0,30}:|(?:call[ _]?id|id|tool|step)\s*:\s*\S{1,60}|#+)\s*$", re.I)
+"""A label line before the report (``OBSERVATION:``, ``Call id: call_1``, ``Error:``)."""
+_PROSE = re.compile(r"^(?:#+ )?[A-Z0-9'`\"][^\s=(){};]*(?: +\S+){2,}")
+"""A sentence: three words or more, starting as a sentence does (not code, a path or a list)."""
+_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b|^\[?(?:INFO|DEBUG|WARN(?:ING)?|TRACE)\]?[\s:]")
+"""A log record (a time stamp, or a level other than an error's): a log's own lines, not a report."""
 _EXIT = re.compile(r"(?:exit(?:ed)? (?:with )?(?:code|status)|exit_code|exitcode|returncode|return code|"
                    r"exit)\"?\s*[:=]?\s*(-?\d+)", re.I)
 _REPORTS = re.compile(
@@ -154,35 +168,68 @@ _REPORTS = re.compile(
     r"|FAIL\b"
     r"|--- FAIL: "
     r"|test result: FAILED"
-    r"|.*\bcommand not found\s*$"
+    r"|.*: (?:command )?not found\s*$"
+    r"|(?:/bin/|/usr/bin/)?(?:ba|z|da|k)?sh: "
     r"|\S+: (?:cannot|can't) \w+"
     r"|.*: No such file or directory\s*$)")
 """Lines that report a command's failure wherever they stand (a compiler's error after its
 header, a test runner's summary, the shell's own messages)."""
-_FAILED_COUNT = re.compile(r"\b([1-9]\d*) (?:failed|failing|errors?)\b(?! (?:and|or) \d)", re.I)
+_FAILED_COUNT = re.compile(r"\b([1-9]\d*) (?:\w+ )?(?:failed|failing|errors?)\b(?! (?:and|or) \d)", re.I)
 _PASS_WORDS = re.compile(r"\b\d+ (?:passed|passing|succeeded|ok)\b|\btests?\b|\bfound\b|\bgenerated\b", re.I)
 _EXC_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b")
 
 
-def text_failed(text: str, *, kind: CallKind = CallKind.OTHER, target: str = "") -> bool:
+def text_failed(text: str, *, kind: CallKind = CallKind.OTHER, target: str = "", tool: str = "") -> bool:
     """Whether the result text reports a failure, by how it is reported (precision first)."""
     body = text if len(text) <= _HEAD + _TAIL else text[:_HEAD] + "\n" + text[-_TAIL:]
     s = body.strip()
     if not s:
         return False
-    first = s.split("\n", 1)[0].strip()
+    header, first = _first_line(s)
     short = len(s) <= 600 and s.count("\n") <= 6
     if kind is CallKind.READ:
         # content can say anything: a short reply about the call's own target, or a tagged one
-        return short and (_tagged(s) or _leads(first) and _about(s, target))
+        return short and (_tagged(s) or (_leads(first) or _says_failed(first)) and _about(s, target, tool))
     code = _exit_code(s)
-    if code is not None:  # the command's own status, as its wrapper reports it, decides
-        return code != 0
+    if code:  # a failed command, as its wrapper reports it
+        return True
+    if _http_error(s):  # the command ran, the request it made did not
+        return True
+    if code == 0:  # the command's own status decides
+        return False
     if _tagged(s) or (_leads(first) and not _LOG_RECORD.search(first)):
         return True
-    if s.startswith("{") and _json_error(s):
+    if any(h.lower().startswith(("error", "exception", "failure")) for h in header):
         return True
+    if (kind is not CallKind.COMMAND or len([ln for ln in s.split("\n", 3) if ln.strip()]) <= 2) \
+            and _says_failed(first):
+        return True  # a tool's own sentence about what it did not do (not a command's own output)
     return _reports(s)
+
+
+def _first_line(s: str) -> tuple[list[str], str]:
+    """(the label lines before it, the first line that says something)."""
+    lines = [ln.strip() for ln in s.split("\n", 4)]
+    k = 0
+    while k < len(lines) - 1 and (not lines[k] or _HEADER.match(lines[k])):
+        k += 1
+    return [ln for ln in lines[:k] if ln], lines[k]
+
+
+def _says_failed(line: str) -> bool:
+    """A sentence that reports a failure: a cue, and nothing saying all went well."""
+    words = _unquoted(line)
+    return bool(_PROSE.match(line)) and not _LOG_RECORD.search(line) and bool(_CUE.search(words)) and \
+        not _NO_CUE.search(words)
+
+
+_QUOTED = re.compile(r"(?<![A-Za-z])'[^'\n]*'(?![A-Za-z])|\"[^\"\n]*\"|`[^`\n]*`|‘[^’\n]*’")
+
+
+def _unquoted(line: str) -> str:
+    """The line without what it quotes: a name or a value (``'fix/error-handling'``) is not the
+    message's own word."""
+    return _QUOTED.sub("''", line)
 
 
 def _tagged(s: str) -> bool:
@@ -196,13 +243,17 @@ def _leads(first: str) -> bool:
     if m is None:
         return False
     rest = m.group("rest")
-    return rest is None or bool(_CUE.search(rest))
+    return rest is None or bool(_CUE.search(_unquoted(rest)))
 
 
-def _about(s: str, target: str) -> bool:
-    """A short read result that names the call's target, or says it is not there."""
+def _about(s: str, target: str, tool: str) -> bool:
+    """A short read result that names the call's target or tool, or says something is not there."""
     name = target.rsplit("/", 1)[-1]
-    return bool(name and name in s) or bool(re.search(r"not found|no such|does not exist|denied|not allowed", s, re.I))
+    return bool(name and name in s) or bool(tool and tool in s) or bool(_ABSENT.search(s))
+
+
+_ABSENT = re.compile(r"not found|no such|does not exist|doesn't exist|denied|not allowed|timed out|"
+                     r"\b(?:argument|parameter|path)s?\b", re.I)
 
 
 def _exit_code(s: str) -> int | None:
@@ -221,10 +272,23 @@ def _reports(body: str) -> bool:
     for m in _FAILED_COUNT.finditer(body):
         end = body.find("\n", m.end())
         line = body[body.rfind("\n", 0, m.start()) + 1: end if end >= 0 else None]
+        if _LOG_RECORD.search(line):
+            continue
         if _PASS_WORDS.search(line) or "error" in m.group(0).lower():
             return True
     return any(_REPORTS.match(ln) and not _LOG_RECORD.search(ln) for ln in lines
                if not ln.startswith("Traceback"))
+
+
+_STATUS_LINE = re.compile(r"^HTTP/\d(?:\.\d)? [45]\d\d\b|<title>[45]\d\d\b")
+
+
+def _http_error(s: str) -> bool:
+    """An HTTP error: its status line or error page, or a JSON error body (a wrapper's status line
+    may follow it)."""
+    if _STATUS_LINE.search(s[:300]):
+        return True
+    return s.startswith("{") and _json_error(s[: s.rfind("}") + 1])
 
 
 def _json_error(text: str) -> bool:
@@ -235,8 +299,9 @@ def _json_error(text: str) -> bool:
     if not isinstance(obj, dict):
         return False
     errors = obj.get("errors")
+    status = str(obj.get("status", "")).lower()
     return bool(obj.get("error")) or obj.get("ok") is False or obj.get("success") is False or (
-        str(obj.get("status", "")).lower() in ("error", "failed", "failure")) or (
+        status in ("error", "failed", "failure")) or (status.isdigit() and int(status) >= 400) or (
         isinstance(errors, list) and bool(errors) and not obj.get("data"))
 
 

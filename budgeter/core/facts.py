@@ -21,9 +21,9 @@ A call failed on the strongest evidence at hand (``classify.Evidence``):
   an error, or which answered a call already known to have failed (the model reworks the
   arguments, the error stays);
 - **text**: the result reads as a failure report (``classify.text_failed``).
-A result the caller declared ``ok`` is never taken as failed. The evidence a call failed on never
-changes once recorded; the later kinds (retried, same error) are recorded when the model's next
-call or result shows them.
+A result the caller declared ``ok`` is never taken as failed. The later kinds (retried, same
+error) are recorded when the model's next call or result shows them; they replace ``text``, the
+only evidence that ever changes once recorded.
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ class CallFacts:
         """Budgeter's verdict says the call could not do its job: bad arguments, a problem other
         than a type a runtime commonly coerces (``"5"`` for an integer) or a copied marker (which
         budgeter's own shrunk prompt holds too, so trimming its output again would take the call
-        for failed), or a file write or edit with an empty path."""
+        for failed), or a file write or edit with an empty path. A repeat of a failure counts only
+        as a retry, with no success between (``History._result``): the same test run again after
+        an edit may pass."""
         if self.bad_arguments or any(not _lenient(p) for p in self.verdict.problems):
             return True
         return self.kind is CallKind.MUTATE and not self.path and self.value is not None and any(
@@ -75,7 +77,7 @@ class CallFacts:
 
 
 def _lenient(p: Problem) -> bool:
-    return p.code == "COPIED_MARKER" or p.code == "SCHEMA" and "is not of type" in p.message and any(
+    return p.code in ("COPIED_MARKER", "REPEATED_FAILURE") or p.code == "SCHEMA" and "is not of type" in p.message and any(
         t in p.message for t in ("'integer'", "'number'", "'boolean'"))
 
 
@@ -121,6 +123,10 @@ class History:
     second result for an id is not recorded)."""
     resolved_by: dict[CallRef, int] = field(default_factory=dict)
     """Failed call -> index of the later call that succeeded with the same payload."""
+    repeated: dict[CallRef, int] = field(default_factory=dict)
+    """Call not taken as failed -> the result index of the identical call made right after it
+    (no other call succeeding between) that got the same output: the earlier one is superseded,
+    never called failed (a read or command run again). In history order."""
     last_assistant: int = -1
     successes: list[int] = field(default_factory=list)
     """History indexes of the OK tool results whose call is not taken as failed, ascending."""
@@ -187,7 +193,8 @@ class History:
             if cf is None:
                 status, evidence = result_status(m.content, declared=m.status)
                 return Facts(result=status, evidence=evidence)
-            status, evidence = result_status(m.content, declared=m.status, kind=cf.kind, target=cf.path)
+            status, evidence = result_status(m.content, declared=m.status, kind=cf.kind, target=cf.path,
+                                             tool=cf.name)
             if evidence is not Evidence.DECLARED and cf.not_runnable:
                 status, evidence = ResultStatus.ERROR, Evidence.VERDICT
             return Facts(result=status, evidence=evidence)
@@ -264,12 +271,18 @@ class History:
         cf = self.call(ref)
         if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
             assert facts.evidence is not None
-            self._failed(ref, cf, _first_line(m.content), facts.evidence, known=True)
+            evidence = facts.evidence
+            if evidence is Evidence.TEXT:  # the model's behaviour, where it shows, is the stronger evidence
+                evidence = self._same_error(ref, cf, m.content) or evidence
+            self._failed(ref, cf, _first_line(m.content), evidence, known=True)
         elif facts.result is ResultStatus.OK and not cf.bad_arguments:
             same = self._same_error(ref, cf, m.content) if facts.evidence is not Evidence.DECLARED else None
+            if same is None and facts.evidence is not Evidence.DECLARED and self._repeats_failure(ref, cf):
+                same = Evidence.VERDICT
             if same is not None:
                 self._failed(ref, cf, _first_line(m.content), same)
             else:
+                self._repeated(ref, cf, m.content, index)
                 self.successes.append(index)
                 if cf.value is not None:
                     self._resolve(ref, cf)
@@ -287,8 +300,8 @@ class History:
         self.previous_call[ref] = before
         prev = self.call(before)
         at = self.result_at.get(prev.id)
-        if (at is None or prev.kind is not CallKind.MUTATE or self.failed(before)
-                or self.facts[at].evidence is Evidence.DECLARED or self._succeeded_between(at, ref[0])):
+        if (at is None or prev.kind is not CallKind.MUTATE or self.facts[at].evidence is Evidence.DECLARED
+                or self._succeeded_between(at, ref[0])):
             return
         if prev.value is not None and cf.value is not None and _repeats(prev.value, cf.value):
             self._unsucceed(at)
@@ -308,12 +321,31 @@ class History:
         if not text.strip() or self.messages[at].content.strip() != text.strip():
             return None
         evidence = Evidence.RETRIED if prev.key == cf.key else Evidence.SAME_ERROR
-        if not self.failed(before):
-            if not error_cue(text) or cf.kind is CallKind.READ:
-                return None  # a read run again and answered alike is not a failure
-            self._unsucceed(at)
-            self._failed(before, prev, _first_line(text), evidence)
+        read_as_error = self.failed_by.get(before) in (Evidence.DECLARED, Evidence.TEXT, Evidence.SAME_ERROR)
+        if not read_as_error and not error_cue(text):
+            return None  # the same "OK" after a call that failed for another reason is not an error
+        if not self.failed(before) and cf.kind is CallKind.READ:
+            return None  # a read run again and answered alike is not a failure
+        self._unsucceed(at)
+        self._failed(before, prev, _first_line(text), evidence)
         return evidence
+
+    def _repeated(self, ref: CallRef, cf: CallFacts, text: str, index: int) -> None:
+        """The previous call to this tool, made just before with the same arguments, got the same
+        output: it is superseded by this one (the folds of ``steps/failures`` say "repeated")."""
+        before = self.previous_call.get(ref)
+        at = self.result_at.get(self.call(before).id) if before is not None else None
+        if before is None or at is None or self.failed(before) or self.call(before).key != cf.key:
+            return
+        if self._succeeded_between(at, ref[0]) or self.messages[at].content != text:
+            return
+        self.repeated[before] = index
+        self.changed_failures.append(before)
+
+    def _repeats_failure(self, ref: CallRef, cf: CallFacts) -> bool:
+        """The call repeats a failure with no success since: budgeter's verdict said not to run it."""
+        earlier = cf.verdict.repeat_of
+        return earlier is not None and not self._succeeded_between(earlier, ref[0])
 
     def _unsucceed(self, at: int) -> None:
         k = bisect.bisect_left(self.successes, at)
@@ -322,8 +354,12 @@ class History:
 
     def _failed(self, ref: CallRef, cf: CallFacts, error: str, evidence: Evidence, *, known: bool = False) -> None:
         """Record a failure; ``known``: found when the call or its result arrived (what later
-        identical calls are checked against)."""
+        identical calls are checked against). A call known by its text alone takes the model's
+        behaviour as its evidence when that comes (it is then stubbed, ``steps/failures``)."""
         if ref in self.failed_by:
+            if self.failed_by[ref] is Evidence.TEXT and evidence in (Evidence.RETRIED, Evidence.SAME_ERROR):
+                self.failed_by[ref] = evidence
+                self.changed_failures.extend(self.retries[ref])
             return
         self.failed_by[ref] = evidence
         same = self.failures.setdefault(cf.key, [])

@@ -22,7 +22,8 @@ from tests.bench.corpus import HELD_OUT, TUNE, Entry, load
 
 def predict(e: Entry) -> bool:
     op, path = file_op(e.tool, e.arguments, FileTools())
-    status, _ = result_status(e.text, kind=call_kind(e.tool, e.arguments, op), target=path)
+    status, _ = result_status(e.text, kind=call_kind(e.tool, e.arguments, op), target=path,
+                              tool=e.tool)
     return status is ResultStatus.ERROR
 
 

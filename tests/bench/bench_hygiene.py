@@ -32,12 +32,16 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
+from collections import Counter
+
 from budgeter.core import Policy, Session
 from budgeter.core.markers import find_markers
 from budgeter.core.messages import from_openai_list
 from budgeter.tokenizers import resolve
 from tests.bench.bench_engine import turns
+from tests.bench.corpus import HELD_OUT
 from tests.bench.sessions import TOOLS, make_session
+from tests.bench.worded import worded_session
 
 PATH_REQUIRED = "Error: path is required"
 
@@ -116,6 +120,55 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
             "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1}
 
 
+def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str, Any]:
+    """A session with ``truth`` (``tests.bench.worded``), turn by turn: what really failed and
+    succeeded, against what each prompt shows.
+
+    - failed args left: argument characters of the truly failed calls the model has answered
+      still in each prompt, over their characters in history, summed over the replay;
+    - successes shown as failed: truly successful calls whose result a prompt shows under a
+      ``failed`` marker (and, apart, those whose arguments were elided as failed on text alone);
+    - retries folded: of the failures tried again as they were, the earlier attempts whose
+      arguments and result no longer stand verbatim in the final prompt;
+    - evidence: the failed calls by the evidence budgeter took them on, and how many of each
+      really succeeded."""
+    truth = body["truth"]
+    session = Session(counter, policy=policy, tools=body["tools"])
+    log = session.log
+    present_sum = history_sum = reread = appended = 0
+    shown_failed: set[str] = set()
+    elided_ok: set[str] = set()
+    r = None
+    for n, turn in enumerate(turns(from_openai_list(body["messages"]))):
+        session.append(turn)
+        appended += sum(counter.message_cost(m) for m in turn)
+        r = session.build()
+        if n:
+            reread += r.reread_tokens
+        answered = {cid for cid in truth.failed if cid in log.call_at and log.answered(log.call_at[cid])}
+        history_sum += sum(len(log.messages[log.call_at[c][0]].tool_calls[log.call_at[c][1]].arguments) for c in answered)
+        present_sum += sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls if c.id in answered)
+        for m in r.messages:
+            if m.role == "tool" and m.tool_call_id in truth.ok and "budgeter:failed" in m.content:
+                shown_failed.add(m.tool_call_id)
+        elided_ok |= {c.id for m in r.messages for c in m.tool_calls if c.id in truth.ok and "budgeter:" in c.arguments
+                      and log.failed(log.call_at[c.id])}
+    assert r is not None
+    final = {m.tool_call_id: m for m in r.messages if m.role == "tool"}
+    calls = {c.id: c for m in r.messages for c in m.tool_calls}
+    originals = {c.id: c for m in log.messages for c in m.tool_calls}
+    folded = sum(1 for earlier, _ in truth.retries
+                 if calls.get(earlier) is None or calls[earlier].arguments != originals[earlier].arguments
+                 or final.get(earlier) is None or final[earlier].content != log.messages[log.result_at[earlier]].content)
+    evidence = Counter(log.failed_by.values())
+    wrong = Counter(e for ref, e in log.failed_by.items() if log.call(ref).id in truth.ok)
+    return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
+            "elided_ok": len(elided_ok), "ok": len(truth.ok), "decoys": len(truth.decoys),
+            "folded": folded, "retries": len(truth.retries), "failed": len(truth.failed),
+            "reread": reread / max(1, appended), "evidence": evidence, "wrong": wrong,
+            "turns": n + 1, "tokens": r.tokens}
+
+
 def transformers_check(folder: str):
     from transformers import AutoTokenizer
 
@@ -160,6 +213,21 @@ def main() -> None:
                   f"| {f['failed_share']:.2%} (max {f['failed_max']:.1%}) "
                   f"| {f['extends']:.0%} | {f['collapse_turns']:.0f} / {f['compact_turns']:.0f} | {f['free']:.0%} "
                   f"| {f['reread']:.2f}x | {f['users']:.0%} | {f['shown']:.0%} | {exact} |")
+    print()
+    print(f"Held-out wording: sessions whose results are worded by {', '.join(HELD_OUT)} "
+          "(tests/data/results/, not tuned on)")
+    print("| tokenizer | session | turns | failed args left | successes shown as failed | successes' args elided "
+          "on text | retries folded | re-read / appended | evidence (wrongly) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for spec in a.tokenizer or ["qwen3.6"]:
+        counter = resolve(spec)
+        for seed, chars in enumerate(a.chars):
+            f = replay_truth(counter, worded_session(HELD_OUT, seed, chars=chars), policy)
+            kinds = ", ".join(f"{k.value} {n}" + (f" ({f['wrong'][k]})" if f["wrong"][k] else "")
+                              for k, n in sorted(f["evidence"].items(), key=lambda kv: -kv[1]))
+            print(f"| {counter.name} | held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
+                  f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['elided_ok']} "
+                  f"| {f['folded']} of {f['retries']} | {f['reread']:.2f}x | {kinds} |")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def test_digest_states_what_was_dropped(qwen36):
 def test_stateful_replay_changes_only_the_tail_between_compactions(qwen36):
     body = make_session(5, chars=500_000)
     session = Session(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
-    extends = builds = compactions = 0
+    builds = compactions = reread = appended = 0
     previous: tuple = ()
     msgs = _msgs(body)
     i = 0
@@ -154,18 +154,21 @@ def test_stateful_replay_changes_only_the_tail_between_compactions(qwen36):
         while j < len(msgs) and msgs[j].role == "tool":
             j += 1
         session.append(msgs[i:j])
+        appended += sum(qwen36.message_cost(m) for m in msgs[i:j])
         i = j
         r = session.build()
         assert r.tokens <= session.policy.budget
         assert 0 <= r.cache_break_tokens <= r.tokens
         builds += 1
-        extends += r.extends_previous
+        reread += r.reread_tokens if previous else 0
         compactions += r.compacted
         if previous and not r.compacted:  # hygiene touches only the last turns of the previous prompt
             assert r.prefix_changed_at >= len(previous) - 6, (builds, r.prefix_changed_at, len(previous))
         previous = r.messages
     assert compactions >= 2
-    assert extends / (builds - 1) > 0.5  # low-water mark: compaction is rare; failures collapse at the tail
+    # stability as a prefix cache sees it: low-water compaction is rare and failures collapse at the
+    # tail, so the server reads again little more than what the agent appended
+    assert reread <= 1.5 * appended, (reread, appended)
 
 
 def test_low_water_leaves_headroom(qwen36):

@@ -92,9 +92,9 @@ TRACE = "Traceback (most recent call last):\n" + "  File \"a.py\", line 3, in f\
 
 def test_a_retry_after_other_work_succeeded_is_not_folded(qwen36):
     raw = [{"role": "user", "content": "fix the tests"},
-           call("t1", "run_command", {"command": "pytest -x"}), result("t1", TRACE),
+           call("t1", "run_command", {"command": "pytest -x"}), {**result("t1", TRACE), "status": "error"},
            call("e1", "edit_file", {"path": "a.py", "old_string": "x", "new_string": "y"}), result("e1", "edited"),
-           call("t2", "run_command", {"command": "pytest -x"}), result("t2", TRACE),
+           call("t2", "run_command", {"command": "pytest -x"}), {**result("t2", TRACE), "status": "error"},
            {"role": "assistant", "content": "still failing"}]
     r = trim(from_openai_list(raw), counter=qwen36, tools=TOOLS)
     assert [m.tool_calls[0].id for m in r.messages if m.tool_calls] == ["t1", "e1", "t2"]

@@ -15,6 +15,12 @@ every later turn and a session built turn by turn folds exactly as one built at 
   cut, the handle of that text;
 - once a later call succeeded with the same payload, the stub is one line pointing at it.
 
+A call run again at once with the same arguments and answered with the same output, not taken as
+failed, is superseded: its output becomes a one-line ``repeated`` note with its handle.
+
+A call that only its result's text shows failed (evidence ``text``) is not stubbed as failed: its
+long argument leaves become markers once the model has answered it, and its output stays.
+
 A stub never replaces a text that is not longer than it. Calls still waiting for a result are
 never touched.
 """
@@ -26,7 +32,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from budgeter.core.classify import FileOp
+from budgeter.core.classify import Evidence, FileOp
 from budgeter.core.facts import CallFacts, CallRef, History
 from budgeter.core.jsonargs import dumps
 from budgeter.core.markers import fmt_chars, handle_for, marker
@@ -35,6 +41,7 @@ from budgeter.core.sniff import sniff, suggest_path
 
 STUB_LEAF_CHARS = 120
 FAILED_STUB = marker("failed")[:-1]
+REPEATED_STUB = marker("repeated")[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,8 @@ def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> l
     Found from the history's failed calls (``log.owned_failures``), not by walking the view's
     turns: a long session's view holds hundreds of messages and a few failures, and this runs on
     every build."""
-    failed = [(ref, log.call(ref)) for ref in log.owned_failures if only is None or ref in only]
+    failed = [(ref, log.call(ref)) for ref in [*log.owned_failures, *log.repeated]
+              if only is None or ref in only]
     if not failed:
         return []
     position: Callable[[int], int | None] = partial(_position, view)  # a few calls: binary search
@@ -172,6 +180,7 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     # build finds the collapse the build before it made, instead of making it again
     pressed = pressed and ctx.policy.keep_latest_failure and not answered
     state = (f.ref, len(_run(f, log)), answered, log.resolved_by.get(f.ref), pressed, log.failed_by.get(f.ref),
+             log.repeated.get(f.ref),
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
     last = latest.get(f.ref)  # the same items as last build (most builds): no hashing of items
     if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
@@ -199,11 +208,15 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     args_handle = handle_for(original_args)
     shown = {args_handle: original_args}
     error = log.messages[result_item.index].content
-    if error.startswith(FAILED_STUB):  # collapsed by an earlier trim of this very prompt: stays
+    if error.startswith((FAILED_STUB, REPEATED_STUB)):  # collapsed by an earlier trim of this prompt: stays
         return call_item, result_item, None, {}
+    if ref not in log.failed_by:
+        return _superseded(call_item, result_item, f, log.repeated[ref], error)
     verbatim = ctx.policy.keep_latest_failure and not log.answered(ref)
     count = f"x{times}" if times > 1 else ""
     why = why_word(log, ref)
+    if log.failed_by.get(ref) is Evidence.TEXT:
+        return _soft(call_item, result_item, f, verbatim=verbatim and not pressed)
     if verbatim and result_item.kind is Kind.STUB and result_item.message.content.endswith(f"\n{error}") \
             and "args h=" in result_item.message.content:
         return call_item, result_item, None, shown  # collapsed under pressure in an earlier round: stays
@@ -231,8 +244,12 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     note = stub_note(count, True)
     if len(note) + stub_args >= before:
         note = stub_note("", False)
-        if len(note) + stub_args >= before:  # nothing shorter: the call as it was
-            return call_item, replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW), None, {}
+        if len(note) + stub_args >= before:  # no shorter note: the error as it was, the long leaves elided
+            raw = replace(result_item, message=log.messages[result_item.index], kind=Kind.RAW)
+            if new_call is call_item:
+                return call_item, raw, None, {}
+            shown.pop(args_handle)  # (as the form of a call known by its text alone: trimming again keeps it)
+            return new_call, raw, Action(ref[0], "failed_call_collapsed", f"{f.facts.name} {why}", ""), shown
     new_result = _with_content(result_item, note)
     action = None
     if new_call.message != call_item.message or new_result.message != result_item.message:
@@ -241,8 +258,42 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     return new_call, new_result, action, shown
 
 
+def _superseded(call_item: Item, result_item: Item, f: Failure, later: int,
+                output: str) -> tuple[Item, Item, Action | None, dict[str, str]]:
+    """A call run again at once, with the same arguments and the same output: it says so in one
+    line, with the handle of its output, and is never called failed."""
+    shown = {handle_for(output): output}
+    note = marker("repeated", f.facts.name, f"same call and output as #{later}", f"output h={handle_for(output)}")
+    new_call = _stub_call(call_item, f, shown)
+    if len(note) >= len(output) and new_call is call_item:
+        return call_item, result_item, None, {}
+    new_result = _with_content(result_item, note) if len(note) < len(output) else result_item
+    if new_result is result_item:
+        shown.pop(handle_for(output))
+    action = Action(f.ref[0], "repeated_call_folded", f.facts.name, handle_for(output))
+    return new_call, new_result, action, shown
+
+
+def _soft(call_item: Item, result_item: Item, f: Failure, *,
+          verbatim: bool) -> tuple[Item, Item, Action | None, dict[str, str]]:
+    """A call that only its result's text shows failed: its long arguments leave (each with its
+    handle), its output stays as it is, and nothing in the prompt calls it failed: a success read
+    as a failure must not hide what worked (``bench_classify`` finds such misreadings on families
+    it was not tuned on)."""
+    shown: dict[str, str] = {}
+    new_call = call_item if verbatim else _stub_call(call_item, f, shown)
+    if new_call is call_item:
+        return call_item, result_item, None, {}
+    action = Action(f.ref[0], "failed_call_collapsed", f"{f.facts.name} why=text", "")
+    return new_call, result_item, action, shown
+
+
 def _run(f: Failure, log: History) -> list[CallRef]:
-    return log.retries.get(f.ref) or [f.ref]
+    """The failed call's run of identical retries, of those not known by their text alone."""
+    if log.failed_by.get(f.ref) is Evidence.TEXT:
+        return [f.ref]
+    run = log.retries.get(f.ref) or [f.ref]
+    return [r for r in run if log.failed_by.get(r) is not Evidence.TEXT]
 
 
 def _arguments(item: Item, f: Failure) -> str:

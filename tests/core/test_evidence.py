@@ -1,0 +1,147 @@
+"""A failed call is known by evidence, strongest first, and the prompt names it; a success is never
+shown as a failed call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from budgeter.core import Policy, Session
+from budgeter.core.classify import CallKind, Evidence, text_failed
+from budgeter.core.engine import trim
+from budgeter.core.facts import History
+from budgeter.core.messages import from_openai, from_openai_list
+
+PAGE = "<!DOCTYPE html><html><body>" + "<section><p>Fresh bread every morning.</p></section>\n" * 130 + "</body></html>"
+WRITE_TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}}]
+
+
+def call(cid, name, args):
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def result(cid, content, **kw):
+    return {"role": "tool", "tool_call_id": cid, "content": content, **kw}
+
+
+def evidence(raw, tools=()):
+    log = History(Policy(), tools)
+    log.extend(from_openai_list(raw))
+    return {log.call(ref).id: e for ref, e in log.failed_by.items()}, log
+
+
+def mission(opening="write_file: path must not be empty; nothing was written"):
+    """The mission's case: three identical writes of 7K chars with an empty path, each answered by
+    a message that starts with the tool's name, then the model's answer."""
+    raw = [{"role": "system", "content": "You write files."}, {"role": "user", "content": "Build the page."}]
+    for k in range(3):
+        raw += [call(f"w{k}", "write_file", {"path": "", "content": PAGE}), result(f"w{k}", opening)]
+    return [*raw, {"role": "assistant", "content": "I could not write the page."},
+            {"role": "user", "content": "Try once more."}]
+
+
+@pytest.mark.parametrize("declared", [{"status": "error"}, {"is_error": True}, {"isError": True}])
+def test_a_declared_failure_is_failed_whatever_its_text(declared):
+    found, _ = evidence([call("a", "lookup", {"q": "x"}), result("a", "Here you go: 42", **declared)])
+    assert found == {"a": Evidence.DECLARED}
+
+
+def test_an_mcp_call_tool_result_declares_its_outcome_as_content_or_as_its_text():
+    mcp = {"content": [{"type": "text", "text": "Access denied"}], "isError": True}
+    as_object = from_openai(result("a", mcp))
+    assert (as_object.status, as_object.content) == ("error", "Access denied")
+    found, _ = evidence([call("a", "lookup", {"q": "x"}), result("a", json.dumps(mcp))])
+    assert found == {"a": Evidence.DECLARED}
+    ok = {"content": [{"type": "text", "text": "Error: the word in a document"}], "isError": False}
+    assert evidence([call("b", "run", {"command": "cat doc.md"}), result("b", json.dumps(ok))])[0] == {}
+
+
+def test_declared_ok_wins_over_the_text_and_the_verdict():
+    raw = [call("a", "write_file", {"path": "", "content": PAGE}), result("a", "Error: nothing", status="ok")]
+    assert evidence(raw)[0] == {}
+
+
+def test_budgeters_verdict_fails_a_call_when_its_result_arrives_whatever_the_result_says():
+    raw = [call("a", "write_file", {"path": "", "content": PAGE}), result("a", "Done.")]
+    assert evidence(raw)[0] == {"a": Evidence.VERDICT}
+    schema = [{"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+        "required": ["path"]}}}]
+    coerced = [call("b", "read_file", {"path": "a.py", "limit": "5"}), result("b", "x = 1")]
+    assert evidence(coerced, schema)[0] == {}  # a runtime coerces "5": no verdict against it
+
+
+def test_the_same_payload_written_again_fails_the_earlier_write():
+    raw = [call("a", "write_file", {"path": "", "content": PAGE}), result("a", "OK"),
+           call("b", "write_file", {"path": "index.html", "content": PAGE}), result("b", "OK")]
+    found, log = evidence(raw)
+    assert found["a"] is Evidence.VERDICT and "b" not in found
+    moved = [call("a", "save", {"target": "x/index.html", "content": PAGE}), result("a", "saved"),
+             call("b", "save", {"target": "site/index.html", "content": PAGE}), result("b", "saved")]
+    assert evidence(moved)[0] == {"a": Evidence.RETRIED}
+
+
+def test_a_read_or_command_run_again_is_superseded_never_failed():
+    raw = [call("a", "run", {"command": "ls"}), result("a", "a.py\nb.py"),
+           call("b", "run", {"command": "ls"}), result("b", "a.py\nb.py"), {"role": "assistant", "content": "ok"}]
+    found, log = evidence(raw)
+    assert found == {} and list(log.repeated) == [(0, 0)]
+    r = trim(from_openai_list(raw), counter=_counter())
+    assert all("budgeter:failed" not in m.content for m in r.messages)
+
+
+def test_the_same_error_for_reworked_arguments_fails_each_attempt():
+    text = "The query could not be parsed near 'SELEC'"
+    raw = [call("a", "sql", {"q": "SELEC 1"}), result("a", text), call("b", "sql", {"q": "SELEC 1;"}), result("b", text)]
+    found, _ = evidence(raw)
+    assert found == {"a": Evidence.SAME_ERROR, "b": Evidence.SAME_ERROR}
+    same_ok = [call("a", "sql", {"q": "1"}), result("a", "1 row"), call("b", "sql", {"q": "2"}), result("b", "1 row")]
+    assert evidence(same_ok)[0] == {}  # the same answer without a sign of an error is not one
+
+
+@pytest.mark.parametrize("text,kind,failed", [
+    ("write_file: path must not be empty", CallKind.MUTATE, True),
+    ("<error>The tool execution failed</error>", CallKind.OTHER, True),
+    ("ls: cannot access 'x': No such file or directory", CallKind.COMMAND, True),
+    ("collected 3 items\n\n2 failed, 1 passed in 0.1s", CallKind.COMMAND, True),
+    ("2025-03-11 09:12:44 ERROR [worker] job 4411 failed\n2025-03-11 09:12:49 INFO job 4411 done",
+     CallKind.COMMAND, False),
+    ("Error handling in Rust\n\nRust groups errors into two major categories.\n" * 20, CallKind.COMMAND, False),
+    ("Error: the sky is falling (a line of a file)", CallKind.READ, False),
+    ("Switched to branch 'fix/error-handling'", CallKind.COMMAND, False),
+    ('{"data": {"id": 1}, "error": null}', CallKind.OTHER, False),
+    ("=== 12 passed, 0 failed in 0.31s ===", CallKind.COMMAND, False),
+])
+def test_the_text_is_read_by_how_a_failure_is_reported(text, kind, failed):
+    assert text_failed(text, kind=kind, target="notes.txt") is failed
+
+
+def test_a_failure_known_by_its_text_alone_is_never_shown_as_failed():
+    raw = [call("a", "write_file", {"path": "p.html", "content": PAGE}),
+           result("a", "write_file: disk quota exceeded"), {"role": "assistant", "content": "Hm."}]
+    found, _ = evidence(raw)
+    assert found == {"a": Evidence.TEXT}
+    r = trim(from_openai_list(raw), counter=_counter())
+    assert all("budgeter:failed" not in m.content for m in r.messages)
+    assert r.messages[-2].content == "write_file: disk quota exceeded"
+    assert PAGE not in r.messages[-3].tool_calls[0].arguments  # the payload left, by its handle
+    assert any(a.what == "failed_call_collapsed" and "why=text" in a.detail for s in r.steps for a in s.actions)
+
+
+def test_the_missions_case_leaves_one_short_stub_naming_its_evidence():
+    s = Session(_counter(), tools=WRITE_TOOLS)
+    s.append(from_openai_list(mission()))
+    r = s.build()
+    stubs = [m.content for m in r.messages if "budgeter:failed" in m.content]
+    assert len(stubs) == 1 and "x3" in stubs[0] and "why=verdict" in stubs[0] and len(stubs[0]) < 400
+    assert sum(len(c.arguments) for m in r.messages for c in m.tool_calls) < 400
+    assert PAGE in r.payloads.values()  # lossless: the payload comes back by its handle
+
+
+def _counter():
+    from budgeter.tokenizers import resolve
+
+    return resolve("qwen3.6")
