@@ -33,7 +33,7 @@ def run(workdir: Path, name: str, args: dict) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(args["content"])
         return f"wrote {args['path']} ({len(args['content'])} chars)"
-    return path.read_text() if path.is_file() else f"Error: no file {args['path']}"
+    return path.read_text()
 
 
 def agent(task: str, *, llm: str, budgeter: str, workdir: Path, max_turns: int = 20) -> int:
@@ -51,12 +51,15 @@ def agent(task: str, *, llm: str, budgeter: str, workdir: Path, max_turns: int =
         results = []
         for v in verdicts:
             if v["runnable"]:
-                output = run(workdir, v["name"], json.loads(v["arguments"]))
+                try:
+                    output, status = run(workdir, v["name"], json.loads(v["arguments"])), "ok"
+                except OSError as exc:  # the tool failed: say so (budgeter takes it as declared)
+                    output, status = f"Error: {exc}", "error"
                 executed += 1
             else:
                 problems = "; ".join(p["message"] for p in v["problems"]) or v["detail"]
-                output = f"Error: not run: {problems}"
-            results.append({"role": "tool", "tool_call_id": v["id"], "content": output})
+                output, status = f"Error: not run: {problems}", "error"
+            results.append({"role": "tool", "tool_call_id": v["id"], "content": output, "status": status})
         prompt = session.prompt(append=results, since=prompt)  # fits the window, by the exact count
     return executed
 

@@ -201,6 +201,8 @@ def text_failed(text: str, *, kind: CallKind = CallKind.OTHER, target: str = "",
         return True
     if any(h.lower().startswith(("error", "exception", "failure")) for h in header):
         return True
+    if _names_itself(first, tool):
+        return True  # the tool's own report on itself: its name, then what went wrong
     if (kind is not CallKind.COMMAND or len([ln for ln in s.split("\n", 3) if ln.strip()]) <= 2) \
             and _says_failed(first):
         return True  # a tool's own sentence about what it did not do (not a command's own output)
@@ -214,6 +216,15 @@ def _first_line(s: str) -> tuple[list[str], str]:
     while k < len(lines) - 1 and (not lines[k] or _HEADER.match(lines[k])):
         k += 1
     return [ln for ln in lines[:k] if ln], lines[k]
+
+
+def _names_itself(line: str, tool: str) -> bool:
+    """The line starts with the call's own tool name and goes on to say what went wrong
+    (``apply_patch verification failed: ...``, ``Tool 'x' ...`` is ``_says_failed``'s)."""
+    if len(tool) < 3 or not line.lower().startswith(tool.lower()):
+        return False
+    rest = line[len(tool):]
+    return not rest[:1].isalnum() and bool(_CUE.search(_unquoted(rest))) and not _NO_CUE.search(rest)
 
 
 def _says_failed(line: str) -> bool:

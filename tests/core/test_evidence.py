@@ -127,7 +127,8 @@ def test_a_failure_known_by_its_text_alone_is_never_shown_as_failed():
     r = trim(from_openai_list(raw), counter=_counter())
     assert all("budgeter:failed" not in m.content for m in r.messages)
     assert r.messages[-2].content == "write_file: disk quota exceeded"
-    assert PAGE not in r.messages[-3].tool_calls[0].arguments  # the payload left, by its handle
+    elided = json.loads(r.messages[-3].tool_calls[0].arguments)["content"]
+    assert "budgeter:elided" in elided and PAGE in r.payloads.values()  # the payload left, by its handle
     assert any(a.what == "failed_call_collapsed" and "why=text" in a.detail for s in r.steps for a in s.actions)
 
 

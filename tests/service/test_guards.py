@@ -106,7 +106,7 @@ def test_readme_executor_recipe(client):
 
     def execute(name, args):
         if args["path"] == "full.txt":
-            return "Error: disk full"
+            raise OSError("disk full")
         written[args["path"]] = args["content"]
         return "ok"
 
@@ -121,10 +121,11 @@ def test_readme_executor_recipe(client):
     run_calls(s, call("d", "write_file", {"path": "full.txt", "content": "x"}), execute)
     run_calls(s, call("e", "write_file", {"path": "full.txt", "content": "x"}), execute)
     results = [m["content"] for m in s.prompt().messages if m["role"] == "tool"]
-    assert results[0].startswith("path was empty; wrote index.html.")
+    assert results[0].startswith("path was empty; wrote index.html.")  # declared ok: never shown as failed
     assert results[1].startswith("Error: cut inside a string")
     assert results[2] == "ok" and len(results) == 4  # the identical retry folded the first failure
-    assert "write_file x2" in results[3] and results[3].endswith("\nError: same as call #7: Error: disk full")
+    assert "write_file x2 why=declared" in results[3]
+    assert results[3].endswith("\nError: same as call #7: Error: disk full")
 
 
 def test_append_gives_the_verdict_validate_gives(client, tmp_path):

@@ -1,0 +1,36 @@
+"""The text classifier against the labelled results of real tools (tests/data/results/), and the
+hygiene of sessions worded by the families it was not tuned on."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgeter.core import Policy
+from tests.bench.bench_classify import figures
+from tests.bench.bench_hygiene import replay_truth
+from tests.bench.corpus import HELD_OUT, TUNE, load
+from tests.bench.worded import worded_session
+
+
+def test_every_entry_names_its_source_and_both_splits_are_there():
+    entries = load()
+    assert {e.family for e in entries} == set(TUNE + HELD_OUT)
+    assert all(e.source for e in entries)
+    for family in TUNE + HELD_OUT:
+        mine = [e for e in entries if e.family == family]
+        assert any(e.failed for e in mine) and any(e.decoy for e in mine), family
+
+
+def test_no_decoy_is_taken_as_failed_and_precision_holds_on_held_out_families():
+    tune, held = figures(load(TUNE)), figures(load(HELD_OUT))
+    assert tune["decoys_flagged"] == held["decoys_flagged"] == 0
+    assert tune["false_alarms"] == 0 and held["precision"] >= 0.97
+    assert held["recall"] >= 0.75  # a guard against a classifier that says nothing
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_held_out_sessions_show_no_success_as_failed_and_fold_every_retry(qwen36, seed):
+    f = replay_truth(qwen36, worded_session(HELD_OUT, seed, chars=60_000), Policy(window=32768, reserve=2048))
+    assert f["shown_failed"] == 0 and f["elided_ok"] == 0
+    assert f["folded"] == f["retries"] > 0
+    assert not f["wrong"]
