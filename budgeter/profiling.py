@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,4 +139,7 @@ def waste_headline(p: dict[str, Any]) -> str:
                      + (f"; messages {where}" if where else ""))
     if p["waste"].get("truncated_arguments"):
         lines.append(f"  of which arguments cut mid-string: {p['waste']['truncated_arguments']:,} tokens")
+    why = Counter(f["why"] for f in p.get("failures", ()))
+    if why:
+        lines.append("  failed calls by evidence: " + ", ".join(f"{k} {n}" for k, n in why.most_common()))
     return "\n".join(lines)

@@ -224,3 +224,21 @@ def test_readme_trim_examples_run_as_written(body_file, tmp_path):
             trimmed = json.loads((tmp_path / "trimmed.json").read_text())
             assert trimmed["model"] == "local" and trimmed["temperature"] == 0.2 and "report" not in trimmed
     assert ran >= 4 and json.loads((tmp_path / "report.json").read_text())["tokens_after"] > 0
+
+
+def test_trim_leaves_the_missions_failed_writes_as_one_short_stub(tmp_path):
+    """Three identical empty-path writes of 7K chars, each answered by a message that starts with
+    the tool's name: `budgeter trim` prints one short stub naming its evidence, and --payloads
+    holds the content by the handle the stub shows."""
+    from tests.core.test_evidence import PAGE, WRITE_TOOLS, mission
+
+    src = tmp_path / "mission.json"
+    src.write_text(json.dumps({"messages": mission(), "tools": WRITE_TOOLS}))
+    out = run("trim", str(src), "--payloads", str(tmp_path / "p.json"), "--report", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    messages = json.loads(out.stdout)["messages"]
+    stubs = [m["content"] for m in messages if "budgeter:failed" in (m["content"] or "")]
+    assert len(stubs) == 1 and "x3" in stubs[0] and "why=verdict" in stubs[0] and len(stubs[0]) < 400
+    args = [json.loads(c["function"]["arguments"]) for m in messages for c in m.get("tool_calls") or ()]
+    assert len(args) == 1 and args[0]["content"] != PAGE
+    assert PAGE in json.loads((tmp_path / "p.json").read_text()).values()

@@ -152,7 +152,8 @@ _HEADER = re.compile(r"^(?:[A-Za-z][\w ]{0,30}:|(?:call[ _]?id|id|tool|step)\s*:
 """A label line before the report (``OBSERVATION:``, ``Call id: call_1``, ``Error:``)."""
 _PROSE = re.compile(r"^(?:#+ )?[A-Z0-9'`\"][^\s=(){};]*(?: +\S+){2,}")
 """A sentence: three words or more, starting as a sentence does (not code, a path or a list)."""
-_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b|^\[?(?:INFO|DEBUG|WARN(?:ING)?|TRACE)\]?[\s:]")
+_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b"
+                         r"|^\[?(?:INFO|DEBUG|WARN(?:ING)?|TRACE)\]?[\s:]")
 """A log record (a time stamp, or a level other than an error's): a log's own lines, not a report."""
 _EXIT = re.compile(r"(?:exit(?:ed)? (?:with )?(?:code|status)|exit_code|exitcode|returncode|return code|"
                    r"exit)\"?\s*[:=]?\s*(-?\d+)", re.I)

@@ -33,8 +33,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.classify import (CallKind, Evidence, FileOp, ResultStatus, call_kind, error_cue, file_op,
-                                    result_status)
+from budgeter.core.classify import (
+    CallKind,
+    Evidence,
+    FileOp,
+    ResultStatus,
+    call_kind,
+    error_cue,
+    file_op,
+    result_status,
+)
 from budgeter.core.guards import CallVerdict, FailureKey, Problem, validate_tool_call
 from budgeter.core.jsonargs import ArgStatus
 from budgeter.core.messages import Message
@@ -77,7 +85,9 @@ class CallFacts:
 
 
 def _lenient(p: Problem) -> bool:
-    return p.code in ("COPIED_MARKER", "REPEATED_FAILURE") or p.code == "SCHEMA" and "is not of type" in p.message and any(
+    if p.code in ("COPIED_MARKER", "REPEATED_FAILURE"):
+        return True
+    return p.code == "SCHEMA" and "is not of type" in p.message and any(
         t in p.message for t in ("'integer'", "'number'", "'boolean'"))
 
 

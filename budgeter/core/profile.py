@@ -22,7 +22,7 @@ from typing import Any
 
 from budgeter.core.classify import FileOp, ResultStatus
 from budgeter.core.engine import trim
-from budgeter.core.facts import Facts, History
+from budgeter.core.facts import History
 from budgeter.core.jsonargs import ArgStatus, loads_object
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
@@ -153,14 +153,14 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
             progress: Callable[[int], None] | None = None) -> Profile:
     policy = policy or Policy()
     log = History(policy, tools)
-    facts = log.extend(messages)
+    log.extend(messages)
     total = counter.count_prompt(messages, tools)
     schemas = total - counter.count_prompt(messages, ()) if tools else 0
     names = {c.id: c.name for m in messages for c in m.tool_calls}
     stale = stale_reads(log)
     failed = failed_call_ids(log)
     figures = []
-    for i, (m, f) in enumerate(zip(messages, facts, strict=True)):
+    for i, m in enumerate(messages):
         texts = content_texts(m)
         content = sum(counter.count_text(t) for t in texts)
         lost = sum(counter.count_text(c.arguments) for c in m.tool_calls if c.id in failed and c.arguments)

@@ -5,7 +5,8 @@
 Each entry of ``tests/data/results/`` is one tool result worded as a real project's tool words it
 (its ``source`` says where). The classifier is tuned on the tune families and reported on the
 held-out ones (``tests/bench/corpus.py``); ``--misses`` lists each wrong answer of the families
-printed (look only at the tune families' while changing the classifier). Only the result's text and its call are given here: the declared status
+printed (look only at the tune families' while changing the classifier). Only the result's text
+and its call are given here: the declared status
 and what the model did next, which decide most failures in a session, are measured by
 ``bench_hygiene``.
 """
@@ -43,7 +44,8 @@ def figures(entries: Iterable[Entry]) -> dict[str, float]:
 
 
 def table(groups: dict[str, list[Entry]]) -> list[str]:
-    rows = ["| families | results | failures | precision | recall | successes taken as failed | decoys taken as failed |",
+    rows = ["| families | results | failures | precision | recall | successes taken as failed "
+            "| decoys taken as failed |",
             "|---|---|---|---|---|---|---|"]
     for name, entries in groups.items():
         f = figures(entries)

@@ -1,6 +1,6 @@
 """Window hygiene, turn by turn: append what happened, build before each assistant turn.
 
-    python -m tests.bench.bench_hygiene [--tokenizer SPEC ...] [--check-exact FOLDER]
+    python -m tests.bench.bench_hygiene [--tokenizer SPEC ...] [--check-exact FOLDER] [--proxy]
 
 Sessions: the generated coding sessions (tests/bench/sessions.py: failed writes of 5.7-8.3K chars
 with an empty path retried 2-3 times, cut arguments, failing test runs, big reads and greps) at
@@ -29,10 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections import Counter
 from dataclasses import replace
 from typing import Any
-
-from collections import Counter
 
 from budgeter.core import Policy, Session
 from budgeter.core.markers import find_markers
@@ -120,16 +119,24 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
             "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1}
 
 
+BIG_ARGUMENTS = 200
+"""Arguments this long hold a payload a stub can remove; shorter ones (a command line, a path)
+are kept: they are the least a stub can show of the call."""
+
+
 def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str, Any]:
     """A session with ``truth`` (``tests.bench.worded``), turn by turn: what really failed and
     succeeded, against what each prompt shows.
 
     - failed args left: argument characters of the truly failed calls the model has answered
-      still in each prompt, over their characters in history, summed over the replay;
+      still in each prompt, over their characters in history, summed over the replay; and the
+      same for the calls whose arguments hold 200 characters or more;
     - successes shown as failed: truly successful calls whose result a prompt shows under a
       ``failed`` marker (and, apart, those whose arguments were elided as failed on text alone);
     - retries folded: of the failures tried again as they were, the earlier attempts whose
       arguments and result no longer stand verbatim in the final prompt;
+    - re-read / appended: over the replay, and over the builds that did not compact (what the
+      hygiene itself costs a prefix cache);
     - evidence: the failed calls by the evidence budgeter took them on, and how many of each
       really succeeded."""
     truth = body["truth"]
@@ -139,15 +146,26 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     shown_failed: set[str] = set()
     elided_ok: set[str] = set()
     r = None
+    originals: dict[str, str] = {}
+    quiet = [0, 0]  # re-read and appended tokens of the builds that did not compact
+    big_sums = [0, 0]
     for n, turn in enumerate(turns(from_openai_list(body["messages"]))):
         session.append(turn)
-        appended += sum(counter.message_cost(m) for m in turn)
+        originals.update((c.id, c.arguments) for m in turn for c in m.tool_calls)
+        cost = sum(counter.message_cost(m) for m in turn)
+        appended += cost
         r = session.build()
         if n:
             reread += r.reread_tokens
+            if not r.compacted:
+                quiet[0] += r.reread_tokens
+                quiet[1] += cost
         answered = {cid for cid in truth.failed if cid in log.call_at and log.answered(log.call_at[cid])}
-        history_sum += sum(len(log.messages[log.call_at[c][0]].tool_calls[log.call_at[c][1]].arguments) for c in answered)
+        history_sum += sum(len(originals[c]) for c in answered)
         present_sum += sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls if c.id in answered)
+        big = {c for c in answered if len(originals[c]) >= BIG_ARGUMENTS}
+        big_sums[0] += sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls if c.id in big)
+        big_sums[1] += sum(len(originals[c]) for c in big)
         for m in r.messages:
             if m.role == "tool" and m.tool_call_id in truth.ok and "budgeter:failed" in m.content:
                 shown_failed.add(m.tool_call_id)
@@ -156,17 +174,73 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     assert r is not None
     final = {m.tool_call_id: m for m in r.messages if m.role == "tool"}
     calls = {c.id: c for m in r.messages for c in m.tool_calls}
-    originals = {c.id: c for m in log.messages for c in m.tool_calls}
-    folded = sum(1 for earlier, _ in truth.retries
-                 if calls.get(earlier) is None or calls[earlier].arguments != originals[earlier].arguments
-                 or final.get(earlier) is None or final[earlier].content != log.messages[log.result_at[earlier]].content)
+    def stands(cid: str) -> bool:  # the call and its result verbatim
+        verbatim = log.messages[log.result_at[cid]].content
+        return cid in calls and calls[cid].arguments == originals[cid] and final.get(cid) is not None \
+            and final[cid].content == verbatim
+
+    folded = sum(1 for earlier, _ in truth.retries if not stands(earlier))
     evidence = Counter(log.failed_by.values())
     wrong = Counter(e for ref, e in log.failed_by.items() if log.call(ref).id in truth.ok)
     return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
-            "elided_ok": len(elided_ok), "ok": len(truth.ok), "decoys": len(truth.decoys),
+            "failed_share_big": big_sums[0] / max(1, big_sums[1]), "elided_ok": len(elided_ok),
+            "ok": len(truth.ok), "decoys": len(truth.decoys),
             "folded": folded, "retries": len(truth.retries), "failed": len(truth.failed),
-            "reread": reread / max(1, appended), "evidence": evidence, "wrong": wrong,
+            "reread": reread / max(1, appended), "reread_quiet": quiet[0] / max(1, quiet[1]),
+            "evidence": evidence, "wrong": wrong,
             "turns": n + 1, "tokens": r.tokens}
+
+
+def replay_proxy_truth(body: dict[str, Any], *, window: int = 32768, reserve: int = 2048) -> dict[str, Any]:
+    """The same session through ``budgeter proxy`` (in this process, before a scripted upstream
+    that replays each next assistant message), with the official ``openai`` client sending the
+    whole history every turn, as agents do. Measured on what reaches the upstream: failed args
+    left, successes shown as failed, retries folded (``replay_truth``'s definitions)."""
+    import openai
+
+    from budgeter.proxy.server import open_sessions, start
+    from budgeter.settings import Settings
+    from tests.proxy.upstream import Running, Upstream
+
+    truth, messages = body["truth"], body["messages"]
+    up = Upstream()
+    running = Running(up.app)
+    settings = Settings(upstream=running.base_url, store="memory://", proxy_port=0, metrics_port=0,
+                        window=window, reserve=reserve, upstream_read_timeout=60.0)
+    server = start(settings, sessions=open_sessions(settings))
+    client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=120)
+    args = {c["id"]: c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or ()}
+    results = {m["tool_call_id"]: i for i, m in enumerate(messages) if m["role"] == "tool"}
+    present_sum = history_sum = turns_sent = 0
+    shown_failed: set[str] = set()
+    sent: list[dict[str, Any]] = []
+    try:
+        last_assistant = -1
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant" or i < 2:
+                continue
+            client.chat.completions.create(model="m", messages=messages[:i], tools=body["tools"],
+                                           extra_body={"scripted_reply": m},
+                                           extra_headers={"X-Budgeter-Session": "bench-hygiene"})
+            turns_sent += 1
+            sent = up.received[-1]["messages"]
+            answered = {c for c in truth.failed if c in results and results[c] < last_assistant}
+            history_sum += sum(len(args[c]) for c in answered)
+            present_sum += sum(payload_chars(c["function"]["arguments"]) for x in sent
+                               for c in x.get("tool_calls") or () if c["id"] in answered)
+            shown_failed |= {x["tool_call_id"] for x in sent if x["role"] == "tool"
+                             and x["tool_call_id"] in truth.ok and "budgeter:failed" in (x["content"] or "")}
+            last_assistant = i
+    finally:
+        server.stop()
+        running.stop()
+    final = {x["tool_call_id"]: x["content"] for x in sent if x["role"] == "tool"}
+    calls = {c["id"]: c["function"]["arguments"] for x in sent for c in x.get("tool_calls") or ()}
+    folded = sum(1 for earlier, _ in truth.retries
+                 if calls.get(earlier) != args[earlier] or final.get(earlier) != messages[results[earlier]]["content"])
+    return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
+            "ok": len(truth.ok), "decoys": len(truth.decoys), "folded": folded, "retries": len(truth.retries),
+            "turns": turns_sent}
 
 
 def transformers_check(folder: str):
@@ -193,6 +267,8 @@ def main() -> None:
     ap.add_argument("--chars", type=int, nargs="+", default=[60_000, 300_000, 900_000])
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--check-exact", default=None, help="model folder whose template and tokenizer check counts")
+    ap.add_argument("--proxy", action="store_true", help="replay the held-out sessions through budgeter proxy too")
+    ap.add_argument("--proxy-max-chars", type=int, default=300_000, help="the longest session sent through it")
     a = ap.parse_args()
     policy = Policy(window=a.window, reserve=2048)
     sessions = [("five failed writes (fits)", five_failures())]
@@ -216,8 +292,9 @@ def main() -> None:
     print()
     print(f"Held-out wording: sessions whose results are worded by {', '.join(HELD_OUT)} "
           "(tests/data/results/, not tuned on)")
-    print("| tokenizer | session | turns | failed args left | successes shown as failed | successes' args elided "
-          "on text | retries folded | re-read / appended | evidence (wrongly) |")
+    print("| tokenizer | session | turns | failed args left (of 200+ chars) | successes shown as failed "
+          "| successes' args elided "
+          "on text | retries folded | re-read / appended (builds that did not compact) | evidence (wrongly) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.tokenizer or ["qwen3.6"]:
         counter = resolve(spec)
@@ -226,8 +303,21 @@ def main() -> None:
             kinds = ", ".join(f"{k.value} {n}" + (f" ({f['wrong'][k]})" if f["wrong"][k] else "")
                               for k, n in sorted(f["evidence"].items(), key=lambda kv: -kv[1]))
             print(f"| {counter.name} | held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
+                  f"({f['failed_share_big']:.2%}) "
                   f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['elided_ok']} "
-                  f"| {f['folded']} of {f['retries']} | {f['reread']:.2f}x | {kinds} |")
+                  f"| {f['folded']} of {f['retries']} | {f['reread']:.2f}x ({f['reread_quiet']:.2f}x) | {kinds} |")
+    if a.proxy:
+        print()
+        print("The same held-out sessions through `budgeter proxy` (qwen3.6, the official openai client "
+              "sending the whole history each turn; measured on what reaches the upstream)")
+        print("| session | model turns | failed args left | successes shown as failed | retries folded |")
+        print("|---|---|---|---|---|")
+        for seed, chars in enumerate(a.chars):
+            if chars > a.proxy_max_chars:
+                continue
+            f = replay_proxy_truth(worded_session(HELD_OUT, seed, chars=chars), window=a.window)
+            print(f"| held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
+                  f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['folded']} of {f['retries']} |")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from tests.bench.sessions import _code, _html
 PAYLOAD_KEYS = ("content", "file_text", "new_str", "new_string", "newString", "replace", "replacement_text",
                 "diff", "input", "patch", "code")
 """Where a write's or an edit's payload stands in the families' arguments."""
+JSON_TYPES = {str: "string", int: "integer", bool: "boolean", float: "number", list: "array"}
 
 
 @dataclass
@@ -48,10 +49,11 @@ class _Builder:
         cid = f"call_{self.n}"
         props = self.tools.setdefault(e.tool, {})
         for k, v in args.items():  # a name two families give different types to: no type
-            kind = {str: "string", int: "integer", bool: "boolean", float: "number", list: "array"}.get(type(v), "object")
+            kind = JSON_TYPES.get(type(v), "object")
             props[k] = kind if props.get(k, kind) == kind else ""
         self.messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": e.tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
+            {"id": cid, "type": "function",
+             "function": {"name": e.tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
         self.messages.append({"role": "tool", "tool_call_id": cid, "content": text})
         (self.truth.failed if failed else self.truth.ok).add(cid)
         if e.decoy and not failed:

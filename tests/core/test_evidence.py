@@ -95,7 +95,8 @@ def test_a_read_or_command_run_again_is_superseded_never_failed():
 
 def test_the_same_error_for_reworked_arguments_fails_each_attempt():
     text = "The query could not be parsed near 'SELEC'"
-    raw = [call("a", "sql", {"q": "SELEC 1"}), result("a", text), call("b", "sql", {"q": "SELEC 1;"}), result("b", text)]
+    raw = [call("a", "sql", {"q": "SELEC 1"}), result("a", text),
+           call("b", "sql", {"q": "SELEC 1;"}), result("b", text)]
     found, _ = evidence(raw)
     assert found == {"a": Evidence.SAME_ERROR, "b": Evidence.SAME_ERROR}
     same_ok = [call("a", "sql", {"q": "1"}), result("a", "1 row"), call("b", "sql", {"q": "2"}), result("b", "1 row")]

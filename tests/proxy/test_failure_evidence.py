@@ -38,3 +38,15 @@ def test_an_agents_sdk_error_result_is_collapsed_once_answered(make_proxy):
     contents = [json.loads(c["function"]["arguments"])["content"] for m in sent for c in m.get("tool_calls") or ()]
     assert contents[0] != PAGE and contents[1] == PAGE  # the failed write's payload left; the good one stays
     assert sent[-1]["content"] == "wrote 6950 bytes"
+
+
+def test_a_declared_failure_is_taken_and_its_flag_not_forwarded(make_proxy):
+    proxy = make_proxy(window=32768, reserve=2048)
+    proxy.upstream.script(Script(content="ok"))
+    messages = [{"role": "user", "content": "Publish it."},
+                call("a", "publish", {"body": PAGE}), result("a", "Published.", is_error=True),
+                {"role": "assistant", "content": "It was not published."}, {"role": "user", "content": "Again."}]
+    proxy.client.chat.completions.create(model="m", messages=messages)
+    sent = proxy.upstream.received[-1]["messages"]
+    assert any("why=declared" in (m.get("content") or "") for m in sent)
+    assert all("is_error" not in m and "status" not in m for m in sent)

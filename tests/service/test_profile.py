@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -53,6 +54,8 @@ def test_parts_add_up_to_the_exact_count(spec, request):
     assert p["messages"][4]["kind"] == "css/html" and p["messages"][3]["kind"] == "code"
     assert p["top"][0]["index"] == 3
     assert sum(p["template_overhead"]["per_message"]) > 0
+    # each failed call with the evidence it failed on: an empty path for a write is budgeter's verdict
+    assert p["failures"] == [{"index": 4, "tool": "write_file", "id": "w1", "why": "verdict"}]
 
 
 def run(*args, stdin=None):
@@ -91,6 +94,8 @@ def test_failed_calls_are_waste_and_the_terminal_report_leads_with_the_biggest(t
     assert out.returncode == 0 and out.stderr == "", out.stderr
     first = out.stdout.splitlines()[0]
     assert first.startswith(f"Biggest waste: {biggest['label']}: {biggest['tokens']:,} tokens")
+    evidence = Counter(f["why"] for f in profiled["failures"])
+    assert "  failed calls by evidence: " + ", ".join(f"{k} {n}" for k, n in evidence.most_common()) in out.stdout
 
 
 def test_html_report_renders_in_headless_chromium(tmp_path):
@@ -123,6 +128,9 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     ticks = [int(t.replace(",", "")) for t in re.findall(r'text-anchor="end">([\d,]+)</text>', timeline)]
     assert ticks[0] == 0 and len(ticks) >= 3 and ticks[-1] >= max(m["tokens"] for m in first["messages"])
     assert ">tokens</text>" in timeline and ">message index</text>" in timeline
+    # the failed calls are listed with their evidence
+    evidence = text.split("<h2>Failed calls and the evidence for each</h2>")[1].split("<h2>")[0]
+    assert first["failures"] and all(f"<td>{f['why']}</td>" in evidence for f in first["failures"])
     shot = tmp_path / "r.png"
     browser = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",

@@ -34,8 +34,8 @@ from typing import Any
 
 from budgeter.core.classify import Evidence, FileOp
 from budgeter.core.facts import CallFacts, CallRef, History
-from budgeter.core.jsonargs import dumps
-from budgeter.core.markers import fmt_chars, handle_for, marker
+from budgeter.core.jsonargs import Elider, dumps
+from budgeter.core.markers import contains_marker, fmt_chars, handle_for, marker
 from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View
 from budgeter.core.sniff import sniff, suggest_path
 
@@ -216,7 +216,7 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
     count = f"x{times}" if times > 1 else ""
     why = why_word(log, ref)
     if log.failed_by.get(ref) is Evidence.TEXT:
-        return _soft(call_item, result_item, f, verbatim=verbatim and not pressed)
+        return _soft(call_item, result_item, f, ctx, verbatim=verbatim and not pressed)
     if verbatim and result_item.kind is Kind.STUB and result_item.message.content.endswith(f"\n{error}") \
             and "args h=" in result_item.message.content:
         return call_item, result_item, None, shown  # collapsed under pressure in an earlier round: stays
@@ -230,7 +230,8 @@ def _collapse(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
 
     def stub_note(count: str, aids: bool) -> str:
         if verbatim:
-            return _failure_note(f, "", count, why, args_handle, result_item.index, ctx, shown, aids=aids) + "\n" + error
+            note = _failure_note(f, "", count, why, args_handle, result_item.index, ctx, shown, aids=aids)
+            return note + "\n" + error
         if done_by is not None:
             return marker("failed", f.facts.name, count, why, f"then done by #{done_by}", f"args h={args_handle}")
         return _failure_note(f, error, count, why, args_handle, result_item.index, ctx, shown, aids=aids)
@@ -274,18 +275,26 @@ def _superseded(call_item: Item, result_item: Item, f: Failure, later: int,
     return new_call, new_result, action, shown
 
 
-def _soft(call_item: Item, result_item: Item, f: Failure, *,
+def _soft(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,
           verbatim: bool) -> tuple[Item, Item, Action | None, dict[str, str]]:
     """A call that only its result's text shows failed: its long arguments leave (each with its
-    handle), its output stays as it is, and nothing in the prompt calls it failed: a success read
-    as a failure must not hide what worked (``bench_classify`` finds such misreadings on families
-    it was not tuned on)."""
+    handle), a long output keeps a head and a tail as any old bulky output does, and nothing in
+    the prompt calls it failed: a success read as a failure must not hide what worked
+    (``bench_classify`` finds such misreadings on families it was not tuned on). Shrunk at the
+    tail, once answered, it re-reads little and leaves room (``bench_hygiene``'s re-read column)."""
+    if verbatim:
+        return call_item, result_item, None, {}
     shown: dict[str, str] = {}
-    new_call = call_item if verbatim else _stub_call(call_item, f, shown)
-    if new_call is call_item:
+    new_call = _stub_call(call_item, f, shown)
+    new_result = result_item
+    m, p = result_item.message, ctx.policy
+    if len(m.content) > p.shrink_min_chars and not contains_marker(m.content):
+        content = Elider(shown, sniff(m.content))(m.content, p.shrink_keep_chars)
+        new_result = replace(result_item, message=replace(m, content=content), kind=Kind.SHRUNK)
+    if new_call is call_item and new_result is result_item:
         return call_item, result_item, None, {}
     action = Action(f.ref[0], "failed_call_collapsed", f"{f.facts.name} why=text", "")
-    return new_call, result_item, action, shown
+    return new_call, new_result, action, shown
 
 
 def _run(f: Failure, log: History) -> list[CallRef]:
