@@ -190,7 +190,8 @@ def text_failed(text: str, *, kind: CallKind = CallKind.OTHER, target: str = "",
     short = len(s) <= 600 and s.count("\n") <= 6
     if kind is CallKind.READ:
         # content can say anything: a short reply about the call's own target, or a tagged one
-        return short and (_tagged(s) or (_leads(first) or _says_failed(first)) and _about(s, target, tool))
+        return short and (_tagged(s) or _asks_retry(s) or (_leads(first) or _says_failed(first))
+                          and _about(s, target, tool))
     code = _exit_code(s)
     if code:  # a failed command, as its wrapper reports it
         return True
@@ -202,6 +203,8 @@ def text_failed(text: str, *, kind: CallKind = CallKind.OTHER, target: str = "",
         return True
     if any(h.lower().startswith(("error", "exception", "failure")) for h in header):
         return True
+    if _asks_retry(s):
+        return True  # the tool asks the model to try again: what tools say after a failure
     if _names_itself(first, tool):
         return True  # the tool's own report on itself: its name, then what went wrong
     if (kind is not CallKind.COMMAND or len([ln for ln in s.split("\n", 3) if ln.strip()]) <= 2) \
@@ -217,6 +220,17 @@ def _first_line(s: str) -> tuple[list[str], str]:
     while k < len(lines) - 1 and (not lines[k] or _HEADER.match(lines[k])):
         k += 1
     return [ln for ln in lines[:k] if ln], lines[k]
+
+
+_RETRY = re.compile(r"\b(?:try again|please retry|narrow your search|try a different|use another tool"
+                    r"|fix (?:the|your|any) \w+(?: \w+)? and (?:try|retry))\b", re.I)
+
+
+def _asks_retry(s: str) -> bool:
+    """The first or last lines ask the model to try again (``Please try again``, ``Fix the errors
+    and try again``): a tool's words after a failure, whatever came before them."""
+    lines = [ln.strip() for ln in s.split("\n") if ln.strip()]
+    return any(_RETRY.search(_unquoted(ln)) and not _LOG_RECORD.search(ln) for ln in lines[:1] + lines[-2:])
 
 
 def _names_itself(line: str, tool: str) -> bool:

@@ -15,11 +15,11 @@ A call failed on the strongest evidence at hand (``classify.Evidence``):
   repeat of a failure once its result arrives, whatever the result says);
 - **retried**: the model's next call to the same tool, with no other call succeeding between,
   repeats a write or edit's payload (the same arguments, the same non-empty arguments with more
-  given, or the same large content): the earlier one did not do its job. A read or command run
-  again is not taken as failed for that;
-- **same error**: consecutive calls to one tool answered by the same text, which shows a sign of
-  an error, or which answered a call already known to have failed (the model reworks the
-  arguments, the error stays);
+  given, or the same large content): the earlier one did not do its job; or repeats a failed call
+  and gets the same answer. A read or command run again is not taken as failed for that alone
+  (run again with the same output, it is ``repeated``);
+- **same error**: consecutive calls to one tool answered by the same text as a call already known
+  to have failed (the model reworks the arguments, the error stays);
 - **text**: the result reads as a failure report (``classify.text_failed``).
 A result the caller declared ``ok`` is never taken as failed. The later kinds (retried, same
 error) are recorded when the model's next call or result shows them; they replace ``text``, the
@@ -318,9 +318,10 @@ class History:
             self._failed(before, prev, _first_line(self.messages[at].content), Evidence.RETRIED)
 
     def _same_error(self, ref: CallRef, cf: CallFacts, text: str) -> Evidence | None:
-        """The previous call to this tool got the same answer, with no success between: when that
-        call failed, or the text shows a sign of an error, both failed ("same error"; for a call
-        repeated as it was, "retried"). Returns the evidence for this call, None when not."""
+        """The previous call to this tool, known to have failed, got the same answer with no success
+        between: this one failed too ("same error"; for a call repeated as it was, "retried"). An
+        answer to a call that failed on its verdict or a retry must also show a sign of an error.
+        Returns the evidence for this call, None when not."""
         before = self.previous_call.get(ref)
         at = self.result_at.get(self.call(before).id) if before is not None else None
         if before is None or at is None or self._succeeded_between(at, ref[0]):
@@ -331,12 +332,11 @@ class History:
         if not text.strip() or self.messages[at].content.strip() != text.strip():
             return None
         evidence = Evidence.RETRIED if prev.key == cf.key else Evidence.SAME_ERROR
-        read_as_error = self.failed_by.get(before) in (Evidence.DECLARED, Evidence.TEXT, Evidence.SAME_ERROR)
-        if not read_as_error and not error_cue(text):
+        known = self.failed_by.get(before)
+        if known is None:
+            return None  # the same answer to a call not known to have failed (grep hits run twice)
+        if known in (Evidence.VERDICT, Evidence.RETRIED) and not error_cue(text):
             return None  # the same "OK" after a call that failed for another reason is not an error
-        if not self.failed(before) and cf.kind is CallKind.READ:
-            return None  # a read run again and answered alike is not a failure
-        self._unsucceed(at)
         self._failed(before, prev, _first_line(text), evidence)
         return evidence
 

@@ -1,6 +1,6 @@
 """Window hygiene, turn by turn: append what happened, build before each assistant turn.
 
-    python -m tests.bench.bench_hygiene [--tokenizer SPEC ...] [--check-exact FOLDER] [--proxy]
+    python -m tests.bench.bench_hygiene [--tokenizer SPEC ...] [--check-exact FOLDER] [--front-doors]
 
 Sessions: the generated coding sessions (tests/bench/sessions.py: failed writes of 5.7-8.3K chars
 with an empty path retried 2-3 times, cut arguments, failing test runs, big reads and greps) at
@@ -184,6 +184,7 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     wrong = Counter(e for ref, e in log.failed_by.items() if log.call(ref).id in truth.ok)
     return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
             "failed_share_big": big_sums[0] / max(1, big_sums[1]), "elided_ok": len(elided_ok),
+            "sums": (present_sum, history_sum, *big_sums),
             "ok": len(truth.ok), "decoys": len(truth.decoys),
             "folded": folded, "retries": len(truth.retries), "failed": len(truth.failed),
             "reread": reread / max(1, appended), "reread_quiet": quiet[0] / max(1, quiet[1]),
@@ -192,55 +193,93 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
 
 
 def replay_proxy_truth(body: dict[str, Any], *, window: int = 32768, reserve: int = 2048) -> dict[str, Any]:
-    """The same session through ``budgeter proxy`` (in this process, before a scripted upstream
-    that replays each next assistant message), with the official ``openai`` client sending the
-    whole history every turn, as agents do. Measured on what reaches the upstream: failed args
-    left, successes shown as failed, retries folded (``replay_truth``'s definitions)."""
+    """The session through ``budgeter proxy`` (in this process, before a scripted upstream that
+    replays each next assistant message), with the official ``openai`` client sending the whole
+    history every turn, as agents do; measured on what reaches the upstream."""
     import openai
 
     from budgeter.proxy.server import open_sessions, start
     from budgeter.settings import Settings
     from tests.proxy.upstream import Running, Upstream
 
-    truth, messages = body["truth"], body["messages"]
     up = Upstream()
     running = Running(up.app)
     settings = Settings(upstream=running.base_url, store="memory://", proxy_port=0, metrics_port=0,
                         window=window, reserve=reserve, upstream_read_timeout=60.0)
     server = start(settings, sessions=open_sessions(settings))
     client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=120)
-    args = {c["id"]: c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or ()}
-    results = {m["tool_call_id"]: i for i, m in enumerate(messages) if m["role"] == "tool"}
-    present_sum = history_sum = turns_sent = 0
-    shown_failed: set[str] = set()
-    sent: list[dict[str, Any]] = []
-    try:
-        last_assistant = -1
+    messages = body["messages"]
+
+    def prompts() -> Any:
         for i, m in enumerate(messages):
-            if m["role"] != "assistant" or i < 2:
-                continue
-            client.chat.completions.create(model="m", messages=messages[:i], tools=body["tools"],
-                                           extra_body={"scripted_reply": m},
-                                           extra_headers={"X-Budgeter-Session": "bench-hygiene"})
-            turns_sent += 1
-            sent = up.received[-1]["messages"]
-            answered = {c for c in truth.failed if c in results and results[c] < last_assistant}
-            history_sum += sum(len(args[c]) for c in answered)
-            present_sum += sum(payload_chars(c["function"]["arguments"]) for x in sent
-                               for c in x.get("tool_calls") or () if c["id"] in answered)
-            shown_failed |= {x["tool_call_id"] for x in sent if x["role"] == "tool"
-                             and x["tool_call_id"] in truth.ok and "budgeter:failed" in (x["content"] or "")}
-            last_assistant = i
+            if m["role"] == "assistant" and i >= 2:
+                client.chat.completions.create(model="m", messages=messages[:i], tools=body["tools"],
+                                               extra_body={"scripted_reply": m},
+                                               extra_headers={"X-Budgeter-Session": "bench-hygiene"})
+                yield i, up.received[-1]["messages"]
+
+    try:
+        return front_door_figures(body, prompts())
     finally:
         server.stop()
         running.stop()
+
+
+def replay_grpc_truth(body: dict[str, Any], *, window: int = 32768, reserve: int = 2048) -> dict[str, Any]:
+    """The session through a real ``budgeter serve`` (in this process, memory store) and the
+    client library: each turn appended and its prompt built in one call."""
+    from budgeter.client import Client
+    from budgeter.service.server import create_server
+    from budgeter.settings import Settings
+    from budgeter.store.memory import MemoryStore
+
+    server = create_server(Settings(host="127.0.0.1", port=0, metrics_port=0, store="memory://"),
+                           store=MemoryStore())
+    messages = body["messages"]
+
+    def prompts() -> Any:
+        with Client(server.target, timeout=120) as client:
+            session = client.create_session(tools=body["tools"], window=window, reserve=reserve)
+            done = 0
+            for i in range(1, len(messages) + 1):  # a turn: a message and the tool results after it
+                if i < len(messages) and messages[i]["role"] == "tool":
+                    continue
+                p = session.prompt(append=messages[done:i])
+                done = i
+                yield i, p.messages
+
+    try:
+        return front_door_figures(body, prompts())
+    finally:
+        server.stop(0)
+
+
+def front_door_figures(body: dict[str, Any], prompts: Any) -> dict[str, Any]:
+    """``replay_truth``'s hygiene figures from the prompts a front door gave: ``prompts`` yields
+    (how many history messages the prompt was built from, its messages as dicts)."""
+    truth, messages = body["truth"], body["messages"]
+    args = {c["id"]: c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or ()}
+    results = {m["tool_call_id"]: i for i, m in enumerate(messages) if m["role"] == "tool"}
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    present_sum = history_sum = count = 0
+    shown_failed: set[str] = set()
+    sent: list[dict[str, Any]] = []
+    for n, sent in prompts:
+        count += 1
+        last = max((i for i in assistants if i < n), default=-1)
+        answered = {c for c in truth.failed if c in results and results[c] < last}
+        history_sum += sum(len(args[c]) for c in answered)
+        present_sum += sum(payload_chars(c["function"]["arguments"]) for x in sent
+                           for c in x.get("tool_calls") or () if c["id"] in answered)
+        shown_failed |= {x["tool_call_id"] for x in sent if x["role"] == "tool"
+                         and x["tool_call_id"] in truth.ok and "budgeter:failed" in (x["content"] or "")}
     final = {x["tool_call_id"]: x["content"] for x in sent if x["role"] == "tool"}
     calls = {c["id"]: c["function"]["arguments"] for x in sent for c in x.get("tool_calls") or ()}
     folded = sum(1 for earlier, _ in truth.retries
                  if calls.get(earlier) != args[earlier] or final.get(earlier) != messages[results[earlier]]["content"])
     return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
             "ok": len(truth.ok), "decoys": len(truth.decoys), "folded": folded, "retries": len(truth.retries),
-            "turns": turns_sent}
+            "turns": count}
 
 
 def transformers_check(folder: str):
@@ -267,8 +306,10 @@ def main() -> None:
     ap.add_argument("--chars", type=int, nargs="+", default=[60_000, 300_000, 900_000])
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--check-exact", default=None, help="model folder whose template and tokenizer check counts")
-    ap.add_argument("--proxy", action="store_true", help="replay the held-out sessions through budgeter proxy too")
-    ap.add_argument("--proxy-max-chars", type=int, default=300_000, help="the longest session sent through it")
+    ap.add_argument("--seeds", type=int, default=4, help="held-out sessions of each size")
+    ap.add_argument("--front-doors", action="store_true",
+                    help="replay the held-out sessions through budgeter serve and budgeter proxy too")
+    ap.add_argument("--front-door-max-chars", type=int, default=300_000, help="the longest session sent through them")
     a = ap.parse_args()
     policy = Policy(window=a.window, reserve=2048)
     sessions = [("five failed writes (fits)", five_failures())]
@@ -292,32 +333,49 @@ def main() -> None:
     print()
     print(f"Held-out wording: sessions whose results are worded by {', '.join(HELD_OUT)} "
           "(tests/data/results/, not tuned on)")
-    print("| tokenizer | session | turns | failed args left (of 200+ chars) | successes shown as failed "
-          "| successes' args elided "
-          "on text | retries folded | re-read / appended (builds that did not compact) | evidence (wrongly) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"{a.seeds} sessions of each size; failed args left is over all of them, with the range of single "
+          "sessions; re-read is the range")
+    print("| tokenizer | sessions | turns | failed args left [range] | of arguments of 200+ chars [range] "
+          "| successes shown as failed | successes' args elided on text | retries folded "
+          "| re-read / appended [builds that did not compact] | evidence (of which wrongly) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for spec in a.tokenizer or ["qwen3.6"]:
         counter = resolve(spec)
-        for seed, chars in enumerate(a.chars):
-            f = replay_truth(counter, worded_session(HELD_OUT, seed, chars=chars), policy)
-            kinds = ", ".join(f"{k.value} {n}" + (f" ({f['wrong'][k]})" if f["wrong"][k] else "")
-                              for k, n in sorted(f["evidence"].items(), key=lambda kv: -kv[1]))
-            print(f"| {counter.name} | held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
-                  f"({f['failed_share_big']:.2%}) "
-                  f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['elided_ok']} "
-                  f"| {f['folded']} of {f['retries']} | {f['reread']:.2f}x ({f['reread_quiet']:.2f}x) | {kinds} |")
-    if a.proxy:
+        for k, chars in enumerate(a.chars):
+            runs = [replay_truth(counter, worded_session(HELD_OUT, 100 * k + seed, chars=chars), policy)
+                    for seed in range(a.seeds)]
+            sums = [sum(f["sums"][i] for f in runs) for i in range(4)]
+            evidence: Counter[Any] = sum((f["evidence"] for f in runs), Counter())
+            wrong: Counter[Any] = sum((f["wrong"] for f in runs), Counter())
+            kinds = ", ".join(f"{e.value} {n}" + (f" ({wrong[e]})" if wrong[e] else "")
+                              for e, n in evidence.most_common())
+
+            def spread(key: str, fmt: str, runs: list[dict[str, Any]] = runs) -> str:
+                return "-".join(format(v, fmt) for v in (min(f[key] for f in runs), max(f[key] for f in runs)))
+
+            def total(key: str, runs: list[dict[str, Any]] = runs) -> int:
+                return sum(f[key] for f in runs)
+            print(f"| {counter.name} | {a.seeds} x {chars:,} chars | {total('turns')} "
+                  f"| {sums[0] / max(1, sums[1]):.2%} [{spread('failed_share', '.1%')}] "
+                  f"| {sums[2] / max(1, sums[3]):.2%} [{spread('failed_share_big', '.1%')}] "
+                  f"| {total('shown_failed')} of {total('ok')} ({total('decoys')} decoys) | {total('elided_ok')} "
+                  f"| {total('folded')} of {total('retries')} | {spread('reread', '.2f')}x "
+                  f"[{spread('reread_quiet', '.2f')}x] | {kinds} |")
+    if a.front_doors:
         print()
-        print("The same held-out sessions through `budgeter proxy` (qwen3.6, the official openai client "
-              "sending the whole history each turn; measured on what reaches the upstream)")
-        print("| session | model turns | failed args left | successes shown as failed | retries folded |")
-        print("|---|---|---|---|---|")
+        print("The same held-out sessions through the front doors (default tokenizer): `budgeter serve` with the "
+              "client library, one call a turn; `budgeter proxy` with the official openai client sending the "
+              "whole history each model turn, measured on what reaches the upstream")
+        print("| front door | session | prompts | failed args left | successes shown as failed | retries folded |")
+        print("|---|---|---|---|---|---|")
         for seed, chars in enumerate(a.chars):
-            if chars > a.proxy_max_chars:
+            if chars > a.front_door_max_chars:
                 continue
-            f = replay_proxy_truth(worded_session(HELD_OUT, seed, chars=chars), window=a.window)
-            print(f"| held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
-                  f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['folded']} of {f['retries']} |")
+            body = worded_session(HELD_OUT, seed, chars=chars)
+            for door, replay_door in (("gRPC", replay_grpc_truth), ("proxy", replay_proxy_truth)):
+                f = replay_door(body, window=a.window)
+                print(f"| {door} | held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
+                      f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['folded']} of {f['retries']} |")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,14 @@ def test_a_read_or_command_run_again_is_superseded_never_failed():
     assert all("budgeter:failed" not in m.content for m in r.messages)
 
 
+def test_grep_hits_on_error_run_twice_are_repeated_not_failed():
+    hits = 'src/api.ts:27:    console.error("request failed", error)\nsrc/main.tsx:9:  console.error(err)'
+    raw = [call("a", "Bash", {"command": "grep -rn error src"}), result("a", hits),
+           call("b", "Bash", {"command": "grep -rn error src"}), result("b", hits)]
+    found, log = evidence(raw)
+    assert found == {} and list(log.repeated) == [(0, 0)]
+
+
 def test_the_same_error_for_reworked_arguments_fails_each_attempt():
     text = "The query could not be parsed near 'SELEC'"
     raw = [call("a", "sql", {"q": "SELEC 1"}), result("a", text),
