@@ -158,24 +158,32 @@ _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b"
 _EXIT = re.compile(r"(?:exit(?:ed)? (?:with )?(?:code|status)|exit_code|exitcode|returncode|return code|"
                    r"exit)\"?\s*[:=]?\s*(-?\d+)", re.I)
 _REPORTS = re.compile(
-    r"(?m)^\s*(?:Traceback \(most recent call last\):\s*$"
-    r"|(?:\S+?:\d+(?::\d+)?: (?:fatal )?error\b)"
+    r"(?m)^[ \t]*(?:\S+?:\d+(?::\d+)?: (?:fatal )?error(?:\[\w+\])?:"
     r"|(?:error|fatal error)(?:\[\w+\])?: "
-    r"|.*\berror TS\d+:"
+    r"|[^\n]*\berror TS\d+:"
     r"|npm (?:ERR!|error) "
     r"|E: "
     r"|ERROR: "
-    r"|(?:Killed|Segmentation fault|Aborted|Bus error)\b.*$"
+    r"|(?:Killed|Segmentation fault|Aborted|Bus error)\b[^\n]*$"
     r"|FAIL\b"
     r"|--- FAIL: "
     r"|test result: FAILED"
-    r"|.*: (?:command )?not found\s*$"
+    r"|[^\n]*: (?:command )?not found[ \t]*$"
     r"|(?:/bin/|/usr/bin/)?(?:ba|z|da|k)?sh: "
     r"|\S+: (?:cannot|can't) \w+"
-    r"|.*: No such file or directory\s*$)")
+    r"|[^\n]*: No such file or directory[ \t]*$)")
 """Lines that report a command's failure wherever they stand (a compiler's error after its
 header, a test runner's summary, the shell's own messages)."""
-_FAILED_COUNT = re.compile(r"\b([1-9]\d*) (?:\w+ )?(?:failed|failing|errors?)\b(?! (?:and|or) \d)", re.I)
+_HINTS = ("error", "fail", "not found", "no such file", "killed", "segmentation", "aborted", "e: ", "sh: ",
+          "cannot", "can't")
+"""Words one of which every report line holds (lowered): text without them is not scanned."""
+_FAILED_COUNT = re.compile(r"([1-9]\d*) (?:\w+ )?(?:failed|failing|errors?)\b(?! (?:and|or) \d)")
+"""Matched in the lowered text, its word start checked apart (a case-blind scan, or a leading
+``\b``, costs several times as much)."""
+_SCAN = 3000
+"""Characters of an output's head and of its tail that the report lines are looked for in (a
+compiler's first error, a runner's summary): the regular expressions cost ~0.1 ms per 1,000
+characters of text full of error words (``bench_classify``'s corpus holds none longer)."""
 _PASS_WORDS = re.compile(r"\b\d+ (?:passed|passing|succeeded|ok)\b|\btests?\b|\bfound\b|\bgenerated\b", re.I)
 _EXC_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b")
 
@@ -229,8 +237,9 @@ _RETRY = re.compile(r"\b(?:try again|please retry|narrow your search|try a diffe
 def _asks_retry(s: str) -> bool:
     """The first or last lines ask the model to try again (``Please try again``, ``Fix the errors
     and try again``): a tool's words after a failure, whatever came before them."""
-    lines = [ln.strip() for ln in s.split("\n") if ln.strip()]
-    return any(_RETRY.search(_unquoted(ln)) and not _LOG_RECORD.search(ln) for ln in lines[:1] + lines[-2:])
+    head = s.split("\n", 1)[0]
+    tail = [ln for ln in s.rsplit("\n", 4)[-4:] if ln.strip()][-2:]
+    return any(_RETRY.search(_unquoted(ln)) and not _LOG_RECORD.search(ln) for ln in [head, *tail])
 
 
 def _names_itself(line: str, tool: str) -> bool:
@@ -285,25 +294,36 @@ _ABSENT = re.compile(r"not found|no such|does not exist|doesn't exist|denied|not
 def _exit_code(s: str) -> int | None:
     """The exit status a wrapper reports where wrappers put it: in the first line or the last
     three (a number in the middle of the output is the output's own)."""
-    lines = s.split("\n")
-    where = "\n".join([lines[0], *lines[-3:]] if len(lines) > 4 else lines)
+    head, _, rest = s.partition("\n")
+    where = head + "\n" + "\n".join(rest.rsplit("\n", 3)[-3:])
     codes = [int(m.group(1)) for m in _EXIT.finditer(where)]
     return codes[-1] if codes else None
 
 
 def _reports(body: str) -> bool:
-    lines = body.rstrip().split("\n")
-    if "Traceback (most recent call last):" in body and _EXC_LINE.match(lines[-1].strip()):
+    last = body[body.rfind("\n") + 1:].strip()
+    if "Traceback (most recent call last):" in body and _EXC_LINE.match(last):
         return True  # a traceback that ends the output: what the command died of
-    for m in _FAILED_COUNT.finditer(body):
-        end = body.find("\n", m.end())
-        line = body[body.rfind("\n", 0, m.start()) + 1: end if end >= 0 else None]
-        if _LOG_RECORD.search(line):
-            continue
-        if _PASS_WORDS.search(line) or "error" in m.group(0).lower():
-            return True
-    return any(_REPORTS.match(ln) and not _LOG_RECORD.search(ln) for ln in lines
-               if not ln.startswith("Traceback"))
+    if len(body) > 2 * _SCAN:
+        body = body[:_SCAN] + "\n" + body[-_SCAN:]
+    low = body.lower()
+    if not any(h in low for h in _HINTS):
+        return False
+    if "fail" in low or "error" in low:
+        for m in _FAILED_COUNT.finditer(low):
+            if m.start() and low[m.start() - 1].isalnum():
+                continue
+            line = _line_at(body, m.start())
+            if _LOG_RECORD.search(line):
+                continue
+            if _PASS_WORDS.search(line) or "error" in m.group(0):
+                return True
+    return any(not _LOG_RECORD.search(_line_at(body, m.start())) for m in _REPORTS.finditer(body))
+
+
+def _line_at(text: str, pos: int) -> str:
+    end = text.find("\n", pos)
+    return text[text.rfind("\n", 0, pos) + 1: end if end >= 0 else None]
 
 
 _STATUS_LINE = re.compile(r"^HTTP/\d(?:\.\d)? [45]\d\d\b|<title>[45]\d\d\b")
