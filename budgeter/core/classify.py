@@ -145,7 +145,8 @@ _CUE = re.compile(
     r"timed out|timeout|unknown|not a |is a directory|not supported|unsupported|exception|forbidden|"
     r"already exists|mismatch|not recognized|no match|did not match|didn't match|aborted|empty|not approved|"
     r"rejected|cancel+ed|not applied|not executed|not performed|was not|were not|not modified|too large|"
-    r"exceed(?:s|ed)?|out of range|illegal|did not|didn't|is not an?|no \w+ (?:was|were) \w+ed)\b", re.I)
+    r"exceed(?:s|ed)?|out of range|illegal|did not|didn't|is not an?|no \w+ (?:was|were) \w+ed|"
+    r"not \w+(?:ed|en)|read-only)\b", re.I)
 _NO_CUE = re.compile(r"\b(?:no|0|zero|without) (?:\w+ )?(?:errors?|failures?|problems?|issues?)\b|\bsuccess", re.I)
 """A line that says nothing failed."""
 _HEADER = re.compile(r"^(?:[A-Za-z][\w ]{0,30}:|(?:call[ _]?id|id|tool|step)\s*:\s*\S{1,60}|#+)\s*$", re.I)

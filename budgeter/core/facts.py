@@ -15,7 +15,8 @@ A call failed on the strongest evidence at hand (``classify.Evidence``):
   repeat of a failure once its result arrives, whatever the result says);
 - **retried**: the model's next call to the same tool, with no other call succeeding between,
   repeats a write or edit's payload (the same arguments, the same non-empty arguments with more
-  given, or the same large content): the earlier one did not do its job; or repeats a failed call
+  given, or the same large content elsewhere after an answer that shows a sign of an error): the
+  earlier one did not do its job; or repeats a failed call
   and gets the same answer. A read or command run again is not taken as failed for that alone
   (run again with the same output, it is ``repeated``);
 - **same error**: consecutive calls to one tool answered by the same text as a call already known
@@ -161,11 +162,6 @@ class History:
     def unanswered(self) -> frozenset[CallRef]:
         """Failed calls whose result the model has not answered yet (no assistant message after it)."""
         return frozenset(ref for _, ref in self._unanswered)
-
-    @property
-    def last_success(self) -> int:
-        """History index of the last OK tool result whose call is not taken as failed."""
-        return self.successes[-1] if self.successes else -1
 
     def append(self, m: Message, facts: Facts | None = None) -> Facts:
         """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
@@ -313,9 +309,13 @@ class History:
         if (at is None or prev.kind is not CallKind.MUTATE or self.facts[at].evidence is Evidence.DECLARED
                 or self._succeeded_between(at, ref[0])):
             return
-        if prev.value is not None and cf.value is not None and _repeats(prev.value, cf.value):
+        if prev.value is None or cf.value is None:
+            return
+        how = _repeats(prev.value, cf.value)
+        answer = self.messages[at].content
+        if how == "given again" or how == "moved" and error_cue(answer):
             self._unsucceed(at)
-            self._failed(before, prev, _first_line(self.messages[at].content), Evidence.RETRIED)
+            self._failed(before, prev, _first_line(answer), Evidence.RETRIED)
 
     def _same_error(self, ref: CallRef, cf: CallFacts, text: str) -> Evidence | None:
         """The previous call to this tool, known to have failed, got the same answer with no success
@@ -327,8 +327,6 @@ class History:
         if before is None or at is None or self._succeeded_between(at, ref[0]):
             return None
         prev = self.call(before)
-        if self.facts[at].evidence is Evidence.DECLARED and not self.failed(before):
-            return None
         if not text.strip() or self.messages[at].content.strip() != text.strip():
             return None
         evidence = Evidence.RETRIED if prev.key == cf.key else Evidence.SAME_ERROR
@@ -407,14 +405,16 @@ write did not do its job (short contents, such as an empty ``__init__.py``, are 
 places)."""
 
 
-def _repeats(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """The later arguments repeat the earlier payload: every non-empty earlier argument given again
-    (the same call, or one that adds what was missing), or the same large content."""
+def _repeats(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """How the later arguments repeat the earlier payload: "given again" (every non-empty earlier
+    argument: the same call, or one that adds what was missing), "moved" (the same large content
+    with other arguments: a copy to a second path looks alike, so it counts only when the earlier
+    answer shows a sign of an error), or ""."""
     given = {k: v for k, v in before.items() if v not in ("", None, [], {})}
     if given and all(after.get(k) == v for k, v in given.items()):
-        return True
+        return "given again"
     big = {v for v in before.values() if isinstance(v, str) and len(v) >= RETRY_PAYLOAD_CHARS}
-    return any(isinstance(v, str) and v in big for v in after.values())
+    return "moved" if any(isinstance(v, str) and v in big for v in after.values()) else ""
 
 
 def _bad(cf: CallFacts) -> str:

@@ -79,9 +79,12 @@ def test_the_same_payload_written_again_fails_the_earlier_write():
            call("b", "write_file", {"path": "index.html", "content": PAGE}), result("b", "OK")]
     found, log = evidence(raw)
     assert found["a"] is Evidence.VERDICT and "b" not in found
-    moved = [call("a", "save", {"target": "x/index.html", "content": PAGE}), result("a", "saved"),
+    moved = [call("a", "save", {"target": "x/index.html", "content": PAGE}), result("a", "not saved: x/ is read-only"),
              call("b", "save", {"target": "site/index.html", "content": PAGE}), result("b", "saved")]
     assert evidence(moved)[0] == {"a": Evidence.RETRIED}
+    copied = [call("a", "save", {"target": "a/index.html", "content": PAGE}), result("a", "saved"),
+              call("b", "save", {"target": "b/index.html", "content": PAGE}), result("b", "saved")]
+    assert evidence(copied)[0] == {}  # the same page saved in two places: a copy, not a retry
 
 
 def test_a_read_or_command_run_again_is_superseded_never_failed():
