@@ -147,7 +147,8 @@ _CUE = re.compile(
     r"rejected|cancel+ed|not applied|not executed|not performed|was not|were not|not modified|too large|"
     r"exceed(?:s|ed)?|out of range|illegal|did not|didn't|is not an?|no \w+ (?:was|were) \w+ed|"
     r"not \w+(?:ed|en)|read-only)\b", re.I)
-_NO_CUE = re.compile(r"\b(?:no|0|zero|without) (?:\w+ )?(?:errors?|failures?|problems?|issues?)\b|\bsuccess", re.I)
+_NO_CUE = re.compile(r"\b(?:no|0|zero|without) (?:\w+ )?(?:errors?|failures?|failed|failing|problems?|issues?)\b"
+                     r"|\bsuccess", re.I)
 """A line that says nothing failed."""
 _HEADER = re.compile(r"^(?:[A-Za-z][\w ]{0,30}:|(?:call[ _]?id|id|tool|step)\s*:\s*\S{1,60}|#+)\s*$", re.I)
 """A label line before the report (``OBSERVATION:``, ``Call id: call_1``, ``Error:``)."""
@@ -275,6 +276,8 @@ def _tagged(s: str) -> bool:
 
 def _leads(first: str) -> bool:
     line = _WRAPPERS.sub("", first, count=1).strip()
+    if _NO_CUE.search(line):
+        return False  # "0 failed, 12 passed", "No errors found"
     m = _LEAD.match(line)
     if m is None:
         return False

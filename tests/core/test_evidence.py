@@ -126,6 +126,11 @@ def test_the_same_error_for_reworked_arguments_fails_each_attempt():
     ("Switched to branch 'fix/error-handling'", CallKind.COMMAND, False),
     ('{"data": {"id": 1}, "error": null}', CallKind.OTHER, False),
     ("=== 12 passed, 0 failed in 0.31s ===", CallKind.COMMAND, False),
+    ("0 failed, 12 passed in 0.3s", CallKind.COMMAND, False),
+    ("No errors found.", CallKind.OTHER, False),
+    ("Build failed: 2 errors", CallKind.COMMAND, True),
+    ("Tool 'run_tests' timed out after 30 seconds.", CallKind.COMMAND, True),
+    ("1 validation error:\n  city: Field required\n\nFix the errors and try again.", CallKind.OTHER, True),
 ])
 def test_the_text_is_read_by_how_a_failure_is_reported(text, kind, failed):
     assert text_failed(text, kind=kind, target="notes.txt") is failed
