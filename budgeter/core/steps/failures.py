@@ -59,8 +59,8 @@ def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> l
     Found from the history's failed calls (``log.owned_failures``), not by walking the view's
     turns: a long session's view holds hundreds of messages and a few failures, and this runs on
     every build."""
-    failed = [(ref, log.call(ref)) for ref in [*log.owned_failures, *log.repeated]
-              if only is None or ref in only]
+    refs = dict.fromkeys([*log.owned_failures, *log.repeated])  # a call is in one of the two
+    failed = [(ref, log.call(ref)) for ref in refs if only is None or ref in only]
     if not failed:
         return []
     position: Callable[[int], int | None] = partial(_position, view)  # a few calls: binary search
