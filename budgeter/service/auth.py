@@ -16,7 +16,7 @@ from typing import Any
 
 from budgeter.errors import BudgeterError, InvalidInput
 
-TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 
 class Unauthenticated(BudgeterError):

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from budgeter.errors import EtagMismatch, InvalidInput, RequestIdReused
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 @dataclass(frozen=True, slots=True)
