@@ -55,6 +55,10 @@ from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, Stal
 __all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "SessionConfig", "SessionInfo", "Sessions",
            "external_id", "session_id_of"]
 
+MAX_TTL = 3650 * 86_400
+"""The longest session TTL, ten years: an expiry past year 9999 has no timestamp to read it back
+into (every read of the session, and every listing page holding it, failed)."""
+
 
 class Sessions:
     def __init__(self, store: SessionStore, profiles: Profiles, *, limits: Limits | None = None,
@@ -73,8 +77,9 @@ class Sessions:
         name = self.profiles.name(tokenizer)
         config = SessionConfig(name, self.profiles.spec(name), policy_from_dict(policy or {}),
                                tuple(check_tools(tools)))
-        if ttl is not None and ttl <= 0:
-            raise InvalidInput("ttl must be positive", field="ttl")
+        if ttl is not None and not 0 < ttl <= MAX_TTL:
+            raise InvalidInput(f"ttl must be positive and at most {MAX_TTL // 86_400:,} days", field="ttl",
+                               metadata={"max_seconds": MAX_TTL})
         self.profiles.counter(name)  # fail now if the profile cannot load
         if self.store.count() >= self.limits.max_sessions:
             raise QuotaExceeded(f"this server holds its maximum of {self.limits.max_sessions} sessions",
