@@ -75,9 +75,17 @@ def policy_to_pb(policy_dict: dict[str, Any]) -> pb.Policy:
                                              edits=ft["edits"], by_shape=ft["by_shape"]))
 
 
+LAST_TIMESTAMP = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second a protobuf Timestamp holds."""
+LONGEST_DURATION = 315_576_000_000
+"""Seconds, the longest protobuf Duration."""
+
+
 def _timestamp(seconds: float) -> Timestamp:
+    """A time as a Timestamp; past the last one it can hold (a session stored before TTLs had a
+    bound), the last one, so that the session can still be read and listed."""
     ts = Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
+    ts.FromNanoseconds(int(min(seconds, LAST_TIMESTAMP) * 1e9))
     return ts
 
 
@@ -90,7 +98,7 @@ def session_to_pb(info: SessionInfo) -> pb.Session:
     if rec.expires is not None:
         out.expire_time.CopyFrom(_timestamp(rec.expires))
     if rec.ttl:
-        out.ttl.FromNanoseconds(int(rec.ttl * 1e9))
+        out.ttl.FromNanoseconds(int(min(rec.ttl, LONGEST_DURATION) * 1e9))
     return out
 
 
