@@ -12,7 +12,11 @@ import hashlib
 import re
 
 OPEN, CLOSE = "\u27e6", "\u27e7"
-_MARKER = re.compile(OPEN + r"budgeter:[a-z_]+[^" + CLOSE + r"]{0,600}" + CLOSE + "?")
+PART_CHARS = 200
+"""A marker's part (a tool name, a path, an error's first line) is cut to this, so that a marker
+stays short enough for ``find_markers`` to read to its handles (a tool named with thousands of
+characters made a digest whose handle no one could find)."""
+_MARKER = re.compile(OPEN + r"budgeter:[a-z_]+[^" + CLOSE + r"]{0,2000}" + CLOSE + "?")
 _HANDLE = re.compile(r"\bh=([0-9a-f]{16})\b")
 
 
@@ -21,8 +25,15 @@ def handle_for(payload: str) -> str:
 
 
 def marker(kind: str, *parts: str) -> str:
-    body = " ".join(p for p in parts if p)
+    body = " ".join(_part(p) for p in parts if p)
     return f"{OPEN}budgeter:{kind}{' ' + body if body else ''}{CLOSE}"
+
+
+def _part(text: str) -> str:
+    """A part as a marker holds it: no bracket of its own, and at most ``PART_CHARS`` long (a
+    handle's part is never cut)."""
+    text = text.replace(OPEN, "[").replace(CLOSE, "]")
+    return text if len(text) <= PART_CHARS or "h=" in text else text[:PART_CHARS - 1] + "…"
 
 
 def find_markers(text: str) -> list[str]:
