@@ -34,6 +34,9 @@ class Turn:
     between (a concurrent duplicate's reply is dropped, not stacked)."""
     appended: int
     forked: bool
+    regenerate: bool = False
+    """The request was already stored whole on a line: its answer is not stored, so that the line
+    stays at the request for the next regenerate (the client's next turn brings the answer it kept)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class ProxySessions:
         root = session or rc.derived_id(request.messages, request.tools)
         appended = None
         for _ in range(2):
-            line = self._resolve(root, request)
+            line, regenerate = self._resolve(root, request)
             suffix = request.messages[line.stored:]
             try:
                 if suffix:
@@ -94,29 +97,35 @@ class ProxySessions:
             raise EtagMismatch("the session changed while this request was being added; retry",
                                metadata={"session": line.id})
         built = self.sessions.build(line.id, after=appended)
-        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root)
+        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate)
 
-    def _resolve(self, root: str, request: Request) -> _Line:
-        sid = root
+    def _resolve(self, root: str, request: Request) -> tuple[_Line, bool]:
+        """The line the request extends, and whether the request was found stored whole on a line
+        on the way (a regenerate, or a retry of a request already answered)."""
+        sid, regenerate = root, False
         for _ in range(rc.MAX_FORKS):
             line = self._line(sid, request)
             assert line is not None
             at = rc.match(line.history, request.messages, same_tools=line.tools == request.tools)
             if at.extends:
-                return replace(line, stored=at.diverges_at)
-            sid = self._fork_of(root, request, at)
+                return replace(line, stored=at.diverges_at), regenerate
+            regenerate = regenerate or at.diverges_at >= len(request.messages)
+            sid = self._fork_of(root, sid, request, at)
         raise InvalidInput(f"the request diverges from {rc.MAX_FORKS} stored lines of session {root!r}; "
                            "name a new session with X-Budgeter-Session", field="messages",
                            reason="TOO_MANY_FORKS")
 
-    def _fork_of(self, root: str, request: Request, at: rc.Match) -> str:
-        """A request that extends a line cut short by a retry continues in that line's fork."""
-        if at.diverges_at < len(request.messages):
-            cut = rc.Match(False, at.diverges_at)
-            retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
-            line = self._line(retried, request, create=False)
-            if line is not None and line.tools == request.tools and rc.match(line.history, request.messages).extends:
-                return retried
+    def _fork_of(self, root: str, sid: str, request: Request, at: rc.Match) -> str:
+        """A request that extends a line cut short by a retry continues in that line's fork. A
+        request stored whole on line ``sid`` (a regenerate) goes to the fork of ``sid`` that holds
+        just the request: the same one for every later regenerate, since no answer is stored there."""
+        if at.diverges_at >= len(request.messages):
+            return rc.fork_id(sid, request.messages, request.tools, at)
+        cut = rc.Match(False, at.diverges_at)
+        retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
+        line = self._line(retried, request, create=False)
+        if line is not None and line.tools == request.tools and rc.match(line.history, request.messages).extends:
+            return retried
         return rc.fork_id(root, request.messages, request.tools, at)
 
     def _line(self, sid: str, request: Request, *, create: bool = True) -> _Line | None:
@@ -137,7 +146,10 @@ class ProxySessions:
                          live.info.record.incarnation)
 
     def append_reply(self, turn: Turn, reply: Message) -> bool:
-        """Append the upstream's reply; False when the session moved on meanwhile."""
+        """Append the upstream's reply; False when the session moved on meanwhile, or the turn was
+        a regenerate (``Turn.regenerate``)."""
+        if turn.regenerate:
+            return False
         position = int(turn.etag.split(".", 1)[0])
         try:
             self.sessions.append(turn.session, [reply], etag=turn.etag,

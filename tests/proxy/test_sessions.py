@@ -67,12 +67,45 @@ def test_a_regenerated_turn_goes_to_a_fork_and_its_line_continues_there(proxy):
     fork = h2["x-budgeter-session"]
     assert fork != root and fork.startswith(root + ".") and h2["x-budgeter-forked"] == "true"
     _, h3 = ask(proxy, [*messages, assistant("b1"), {"role": "user", "content": "u2"}])
-    assert h3["x-budgeter-session"] == fork and h3["x-budgeter-appended"] == "1"
+    # a regenerate's answer is not stored (the fork stays at the request for the next regenerate):
+    # the client's next turn brings the answer it kept
+    assert h3["x-budgeter-session"] == fork and h3["x-budgeter-appended"] == "2"
     _, h4 = ask(proxy, [*messages, assistant("a1"), {"role": "user", "content": "v2"}])
     assert h4["x-budgeter-session"] == root  # the first line is untouched and goes on
     assert [m.content for m in proxy.history(root)] == ["You are terse.", "u1", "a1", "v2", "a2"]
     assert [m.content for m in proxy.history(fork)] == ["You are terse.", "u1", "b1", "u2", "b2"]
     assert proxy.sessions.store.count() == 2  # the two lines, nothing else
+
+
+def test_the_same_request_sent_ten_times_gets_ten_answers_and_any_one_continues(proxy):
+    """A script run again, a "regenerate" button, a client's own retry: every resend is answered,
+    with or without X-Budgeter-Session, and whichever answer the client keeps goes on."""
+    proxy.upstream.script(*(Script(content=f"a{k}") for k in range(10)), Script(content="next"))
+    messages = [SYSTEM, {"role": "user", "content": "u1"}]
+    sessions = []
+    for k in range(10):
+        reply, headers = ask(proxy, messages)
+        assert reply.choices[0].message.content == f"a{k}"
+        sessions.append(headers["x-budgeter-session"])
+    assert len(set(sessions[1:])) == 1 and sessions[1] != sessions[0]  # one fork for every regenerate
+    _, h = ask(proxy, [*messages, assistant("a7"), {"role": "user", "content": "u2"}])
+    assert h["x-budgeter-session"] == sessions[1]
+    assert [m.content for m in proxy.history(sessions[1])] == ["You are terse.", "u1", "a7", "u2", "next"]
+    assert [m.content for m in proxy.history(sessions[0])] == ["You are terse.", "u1", "a0"]
+
+
+def test_an_edited_request_regenerated_ten_times_gets_ten_answers(proxy):
+    proxy.upstream.script(*(Script(content=f"r{k}") for k in range(11)))
+    ask(proxy, [SYSTEM, {"role": "user", "content": "u1"}])
+    edited = [SYSTEM, {"role": "user", "content": "u1, edited"}]
+    for k in range(10):
+        reply, _ = ask(proxy, edited)
+        assert reply.choices[0].message.content == f"r{k + 1}"
+    named = [SYSTEM, {"role": "user", "content": "named"}]
+    for _ in range(3):
+        raw = proxy.client.chat.completions.with_raw_response.create(
+            model="m", messages=named, extra_headers={"X-Budgeter-Session": "mine"})
+        assert raw.http_response.status_code == 200
 
 
 def test_an_edited_history_never_mixes_with_the_stored_one(proxy):
