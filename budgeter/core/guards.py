@@ -176,6 +176,8 @@ serializing a schema to find its validator cost more than a small schema's check
 
 
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
+    from referencing.exceptions import Unresolvable  # (jsonschema's own, loaded with it)
+
     checker = _SCHEMAS.get((schema,), lambda: _validator(json.dumps(schema, sort_keys=True)))
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
@@ -187,6 +189,8 @@ def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
                    for e in checker.errors.iter_errors(value)]
         except RecursionError:
             return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
+        except Unresolvable as exc:  # a $ref to nowhere, or to a document (nothing is fetched)
+            return [Problem("SCHEMA", "", f"the tool's own schema has a $ref that does not resolve: {str(exc)[:200]}")]
     props = schema.get("properties") or {}
     for key in schema.get("required") or ():
         declared = props.get(key) if isinstance(props, dict) else None
