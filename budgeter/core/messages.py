@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,11 +61,20 @@ class Message:
         return n + sum(len(c.arguments) + len(c.name) for c in self.tool_calls)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """``text`` without lone surrogates (an escape such as ``\\ud800`` that JSON accepts and no
+    UTF-8 holds): each becomes U+FFFD, which a server can take and a tokenizer can count."""
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
+
+
 def _text(content: Any, *, where: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return _clean(content)
     if isinstance(content, list):
         parts = []
         for i, part in enumerate(content):
@@ -72,7 +82,7 @@ def _text(content: Any, *, where: str) -> str:
                 raise InvalidMessage(f"{where}.content[{i}]: only text parts are supported",
                                      field=f"{where}.content")
             parts.append(_str(part.get("text"), field=f"{where}.content[{i}].text"))
-        return "".join(parts)
+        return _clean("".join(parts))
     raise InvalidMessage(f"{where}.content must be a string or a list of text parts",
                          field=f"{where}.content")
 
@@ -87,7 +97,7 @@ def _str(value: Any, *, field: str, default: str | None = None) -> str:
 
 def _arguments(raw: Any, *, field: str) -> str:
     if isinstance(raw, str):
-        return raw
+        return _clean(raw)
     if isinstance(raw, Mapping):  # some clients send objects; keep them as canonical JSON text
         return json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
     if raw is None:

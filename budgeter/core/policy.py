@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -82,6 +83,11 @@ def policy_from_dict(raw: dict[str, Any]) -> Policy:
     if extra:
         raise InvalidInput(f"unknown policy field {sorted(extra)[0]!r}", field=f"policy.{sorted(extra)[0]}")
     values = dict(raw)
+    for name, value in values.items():
+        default = getattr(_DEFAULT, name)
+        if name != "file_tools" and not _same_kind(value, default):
+            raise InvalidInput(f"policy.{name} must be {_KINDS[type(default)]}; got {value!r:.40}",
+                               field=f"policy.{name}")
     if "file_tools" in values:
         values["file_tools"] = _file_tools(values["file_tools"])
     policy = Policy(**values)
@@ -90,6 +96,21 @@ def policy_from_dict(raw: dict[str, Any]) -> Policy:
         name, why = problems[0]
         raise InvalidInput(f"policy.{name} {why}", field=f"policy.{name}")
     return policy
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number"}
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """``value`` has the JSON type of the field's default: a boolean for a boolean, an integer
+    (not a boolean) for an integer, a finite number for a number."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(default, int):
+        return isinstance(value, int)
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _file_tools(raw: Any) -> FileTools:
@@ -101,3 +122,7 @@ def _file_tools(raw: Any) -> FileTools:
     conv = {k: frozenset(v) if k in ("reads", "writes", "edits") else
             tuple(v) if isinstance(v, list | tuple) else v for k, v in raw.items()}
     return FileTools(**conv)  # type: ignore[arg-type]  # checked names, JSON-typed values
+
+
+_DEFAULT = Policy()
+"""The defaults, whose types ``policy_from_dict`` checks values against."""

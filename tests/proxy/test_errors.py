@@ -189,3 +189,19 @@ def test_a_kept_alive_connection_the_upstream_closed_is_retried_on_a_new_one(mak
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("options,field", [({"window": "x"}, "policy.window"), ({"reserve": [1]}, "policy.reserve"),
+                                           ({"keep_latest_failure": 1}, "policy.keep_latest_failure")])
+def test_fit_with_an_ill_typed_policy_field_is_a_400_naming_it(proxy, options, field):
+    r = httpx.post(proxy.base_url + "/budgeter/fit", json={"messages": [SYSTEM, USER], "budgeter": options})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+def test_a_lone_surrogate_in_content_is_replaced_not_a_500(proxy):
+    raw = ('{"messages": [{"role": "user", "content": "half \\ud800 of a pair"}, '
+           '{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}')
+    r = httpx.post(proxy.base_url + "/budgeter/fit", content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert [m["content"] for m in r.json()["body"]["messages"]] == ["half \ufffd of a pair", "\ufffd"]
