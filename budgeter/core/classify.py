@@ -158,7 +158,7 @@ _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\b\d\d:\d\d:\d\d\b"
                          r"|^\[?(?:INFO|DEBUG|WARN(?:ING)?|TRACE)\]?[\s:]")
 """A log record (a time stamp, or a level other than an error's): a log's own lines, not a report."""
 _EXIT = re.compile(r"(?:exit(?:ed)? (?:with )?(?:code|status)|exit_code|exitcode|returncode|return code|"
-                   r"exit)\"?\s*[:=]?\s*(-?\d+)", re.I)
+                   r"exit)\"?\s*[:=]?\s*(-?\d{1,9})(?!\d)", re.I)
 _REPORTS = re.compile(
     r"(?m)^[ \t]*(?:\S+?:\d+(?::\d+)?: (?:fatal )?error(?:\[\w+\])?:"
     r"|(?:error|fatal error)(?:\[\w+\])?: "
@@ -351,7 +351,7 @@ def _json_error(text: str) -> bool:
     errors = obj.get("errors")
     status = str(obj.get("status", "")).lower()
     return bool(obj.get("error")) or obj.get("ok") is False or obj.get("success") is False or (
-        status in ("error", "failed", "failure")) or (status.isdigit() and int(status) >= 400) or (
+        status in ("error", "failed", "failure")) or (len(status) == 3 and status.isdigit() and status >= "400") or (
         isinstance(errors, list) and bool(errors) and not obj.get("data"))
 
 

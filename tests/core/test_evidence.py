@@ -127,6 +127,8 @@ def test_the_same_error_for_reworked_arguments_fails_each_attempt():
     ('{"data": {"id": 1}, "error": null}', CallKind.OTHER, False),
     ("=== 12 passed, 0 failed in 0.31s ===", CallKind.COMMAND, False),
     ("0 failed, 12 passed in 0.3s", CallKind.COMMAND, False),
+    ("done\nexit code: " + "9" * 6000, CallKind.COMMAND, False),  # no number Python cannot read
+    ('{"status": "' + "5" * 6000 + '"}', CallKind.OTHER, False),
     ("No errors found.", CallKind.OTHER, False),
     ("Build failed: 2 errors", CallKind.COMMAND, True),
     ("Tool 'run_tests' timed out after 30 seconds.", CallKind.COMMAND, True),
