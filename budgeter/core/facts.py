@@ -140,14 +140,10 @@ class History:
     never called failed (a read or command run again). In history order."""
     last_assistant: int = -1
     successes: list[int] = field(default_factory=list)
-    """History indexes of the tool results that were OK when they arrived, ascending: a call's
-    later evidence does not move them (a decision made on them must be made alike when budgeter's
-    own trimmed prompt, with folded calls gone, is read again: ``test_properties``)."""
+    """History indexes of the OK tool results whose call is not taken as failed, ascending."""
     previous_call: dict[CallRef, CallRef] = field(default_factory=dict)
     """Call -> the call to the same tool before it (what "retried" and "same error" compare)."""
     _last_of_tool: dict[str, CallRef] = field(default_factory=dict)
-    _successes_of: dict[str, list[int]] = field(default_factory=dict)
-    """``successes`` by tool name."""
     html_writes: list[int] = field(default_factory=list)
     memo: dict[str, dict[Any, Any]] = field(default_factory=dict)
     """Per-step caches of results that are functions of the history's state (e.g. a collapsed
@@ -265,14 +261,10 @@ class History:
         ref = self.call_at.get(call_id or "")
         return self.call(ref) if ref is not None else None
 
-    def _succeeded_between(self, after: int, before: int, *, tool: str | None = None) -> bool:
-        """Whether an OK result (of a call not taken as failed) lies strictly between; ``tool``: of
-        a call to that tool. The model's behaviour toward one tool is read from that tool's calls
-        alone: a success of another tool between them may be folded out of a trimmed prompt,
-        which trimmed again must be read alike (``test_properties``)."""
-        found = self.successes if tool is None else self._successes_of.get(tool, [])
-        k = bisect.bisect_right(found, after)
-        return k < len(found) and found[k] < before
+    def _succeeded_between(self, after: int, before: int) -> bool:
+        """Whether an OK result (of a call not taken as failed) lies strictly between."""
+        k = bisect.bisect_right(self.successes, after)
+        return k < len(self.successes) and self.successes[k] < before
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -283,15 +275,13 @@ class History:
         if ref is None:
             return
         cf = self.call(ref)
-        if cf.bad_arguments:  # failed from the start; the same answer still tells of the call before
-            self._same_error(ref, cf, m.content)
-        elif facts.result is ResultStatus.ERROR:
+        if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
             assert facts.evidence is not None
             evidence = facts.evidence
             if evidence is Evidence.TEXT:  # the model's behaviour, where it shows, is the stronger evidence
                 evidence = self._same_error(ref, cf, m.content) or evidence
             self._failed(ref, cf, _first_line(m.content), evidence, known=True)
-        elif facts.result is ResultStatus.OK:
+        elif facts.result is ResultStatus.OK and not cf.bad_arguments:
             same = self._same_error(ref, cf, m.content) if facts.evidence is not Evidence.DECLARED else None
             if same is None and facts.evidence is not Evidence.DECLARED and self._repeats_failure(ref, cf):
                 same = Evidence.VERDICT
@@ -300,7 +290,6 @@ class History:
             else:
                 self._repeated(ref, cf, m.content, index)
                 self.successes.append(index)
-                self._successes_of.setdefault(cf.name, []).append(index)
                 if cf.value is not None:
                     self._resolve(ref, cf)
         if self.failed(ref):  # a failed call has its result now
@@ -318,13 +307,14 @@ class History:
         prev = self.call(before)
         at = self.result_at.get(prev.id)
         if (at is None or prev.kind is not CallKind.MUTATE or self.facts[at].evidence is Evidence.DECLARED
-                or self._succeeded_between(at, ref[0], tool=cf.name)):
+                or self._succeeded_between(at, ref[0])):
             return
         if prev.value is None or cf.value is None:
             return
         how = _repeats(prev.value, cf.value)
         answer = self.messages[at].content
         if how == "given again" or how == "moved" and error_cue(answer):
+            self._unsucceed(at)
             self._failed(before, prev, _first_line(answer), Evidence.RETRIED)
 
     def _same_error(self, ref: CallRef, cf: CallFacts, text: str) -> Evidence | None:
@@ -334,7 +324,7 @@ class History:
         Returns the evidence for this call, None when not."""
         before = self.previous_call.get(ref)
         at = self.result_at.get(self.call(before).id) if before is not None else None
-        if before is None or at is None or self._succeeded_between(at, ref[0], tool=cf.name):
+        if before is None or at is None or self._succeeded_between(at, ref[0]):
             return None
         prev = self.call(before)
         if not text.strip() or self.messages[at].content.strip() != text.strip():
@@ -355,7 +345,7 @@ class History:
         at = self.result_at.get(self.call(before).id) if before is not None else None
         if before is None or at is None or self.failed(before) or self.call(before).key != cf.key:
             return
-        if self._succeeded_between(at, ref[0], tool=cf.name) or self.messages[at].content != text:
+        if self._succeeded_between(at, ref[0]) or self.messages[at].content != text:
             return
         self.repeated[before] = index
         self.changed_failures.append(before)
@@ -364,6 +354,11 @@ class History:
         """The call repeats a failure with no success since: budgeter's verdict said not to run it."""
         earlier = cf.verdict.repeat_of
         return earlier is not None and not self._succeeded_between(earlier, ref[0])
+
+    def _unsucceed(self, at: int) -> None:
+        k = bisect.bisect_left(self.successes, at)
+        if k < len(self.successes) and self.successes[k] == at:
+            del self.successes[k]
 
     def _failed(self, ref: CallRef, cf: CallFacts, error: str, evidence: Evidence, *, known: bool = False) -> None:
         """Record a failure; ``known``: found when the call or its result arrived (what later
