@@ -275,13 +275,15 @@ class History:
         if ref is None:
             return
         cf = self.call(ref)
-        if facts.result is ResultStatus.ERROR and not cf.bad_arguments:
+        if cf.bad_arguments:  # failed from the start; the same answer still tells of the call before
+            self._same_error(ref, cf, m.content)
+        elif facts.result is ResultStatus.ERROR:
             assert facts.evidence is not None
             evidence = facts.evidence
             if evidence is Evidence.TEXT:  # the model's behaviour, where it shows, is the stronger evidence
                 evidence = self._same_error(ref, cf, m.content) or evidence
             self._failed(ref, cf, _first_line(m.content), evidence, known=True)
-        elif facts.result is ResultStatus.OK and not cf.bad_arguments:
+        elif facts.result is ResultStatus.OK:
             same = self._same_error(ref, cf, m.content) if facts.evidence is not Evidence.DECLARED else None
             if same is None and facts.evidence is not Evidence.DECLARED and self._repeats_failure(ref, cf):
                 same = Evidence.VERDICT
