@@ -306,10 +306,11 @@ class History:
         if before is None:
             return
         self.previous_call[ref] = before
-        prev = self.call(before)
-        at = self.result_at.get(prev.id)
-        if (at is None or prev.kind is not CallKind.MUTATE or self.facts[at].evidence is Evidence.DECLARED
-                or self._succeeded_between(at, ref[0])):
+        found = self._answered_before(ref)
+        if found is None:
+            return
+        prev, at = self.call(before), found[1]
+        if prev.kind is not CallKind.MUTATE or self.facts[at].evidence is Evidence.DECLARED:
             return
         if prev.value is None or cf.value is None:
             return
@@ -324,10 +325,10 @@ class History:
         between: this one failed too ("same error"; for a call repeated as it was, "retried"). An
         answer to a call that failed on its verdict or a retry must also show a sign of an error.
         Returns the evidence for this call, None when not."""
-        before = self.previous_call.get(ref)
-        at = self.result_at.get(self.call(before).id) if before is not None else None
-        if before is None or at is None or self._succeeded_between(at, ref[0]):
+        found = self._answered_before(ref)
+        if found is None:
             return None
+        before, at = found
         prev = self.call(before)
         if not text.strip() or self.messages[at].content.strip() != text.strip():
             return None
@@ -343,14 +344,23 @@ class History:
     def _repeated(self, ref: CallRef, cf: CallFacts, text: str, index: int) -> None:
         """The previous call to this tool, made just before with the same arguments, got the same
         output: it is superseded by this one (the folds of ``steps/failures`` say "repeated")."""
-        before = self.previous_call.get(ref)
-        at = self.result_at.get(self.call(before).id) if before is not None else None
-        if before is None or at is None or self.failed(before) or self.call(before).key != cf.key:
+        found = self._answered_before(ref)
+        if found is None:
             return
-        if self._succeeded_between(at, ref[0]) or self.messages[at].content != text:
+        before, at = found
+        if self.failed(before) or self.call(before).key != cf.key or self.messages[at].content != text:
             return
         self.repeated[before] = index
         self.changed_failures.append(before)
+
+    def _answered_before(self, ref: CallRef) -> tuple[CallRef, int] | None:
+        """The previous call to this call's tool and the index of its result, when it has one and
+        no other call succeeded between them (what "retried", "same error" and "repeated" read)."""
+        before = self.previous_call.get(ref)
+        at = self.result_at.get(self.call(before).id) if before is not None else None
+        if before is None or at is None or self._succeeded_between(at, ref[0]):
+            return None
+        return before, at
 
     def _repeats_failure(self, ref: CallRef, cf: CallFacts) -> bool:
         """The call repeats a failure with no success since: budgeter's verdict said not to run it."""

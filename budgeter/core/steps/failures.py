@@ -263,15 +263,16 @@ def _superseded(call_item: Item, result_item: Item, f: Failure, later: int,
                 output: str) -> tuple[Item, Item, Action | None, dict[str, str]]:
     """A call run again at once, with the same arguments and the same output: it says so in one
     line, with the handle of its output, and is never called failed."""
-    shown = {handle_for(output): output}
-    note = marker("repeated", f.facts.name, f"same call and output as #{later}", f"output h={handle_for(output)}")
+    handle = handle_for(output)
+    shown = {handle: output}
+    note = marker("repeated", f.facts.name, f"same call and output as #{later}", f"output h={handle}")
     new_call = _stub_call(call_item, f, shown)
     if len(note) >= len(output) and new_call is call_item:
         return call_item, result_item, None, {}
     new_result = _with_content(result_item, note) if len(note) < len(output) else result_item
     if new_result is result_item:
-        shown.pop(handle_for(output))
-    action = Action(f.ref[0], "repeated_call_folded", f.facts.name, handle_for(output))
+        shown.pop(handle)
+    action = Action(f.ref[0], "repeated_call_folded", f.facts.name, handle)
     return new_call, new_result, action, shown
 
 
