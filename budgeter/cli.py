@@ -10,6 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from budgeter.core.counting import sent
 from budgeter.core.jsonargs import dumps_text
 from budgeter.errors import BudgeterError, InvalidInput
 
@@ -112,7 +113,14 @@ def trim(
         payloads.write_text(dumps_text({**result.payloads, **shown}, indent=1), encoding="utf-8")
     if report_out is not None:
         write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
-    typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))
+    # what was counted, so the server renders exactly that (a template's rewrite: ``sent``)
+    wire = sent(counter, result.messages, tools)
+    if wire is None:
+        typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))
+    else:
+        out = {**body, "messages": wire[0]}
+        out.pop("tools", None)
+        typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
 
 
 def check_reserve(window: int, reserve: int) -> None:

@@ -242,3 +242,22 @@ def test_trim_leaves_the_missions_failed_writes_as_one_short_stub(tmp_path):
     args = [json.loads(c["function"]["arguments"]) for m in messages for c in m.get("tool_calls") or ()]
     assert len(args) == 1 and args[0]["content"] != PAGE
     assert PAGE in json.loads((tmp_path / "p.json").read_text()).values()
+
+
+def test_trim_prints_the_request_it_counted_where_the_template_needs_a_rewrite(body_file, tmp_path):
+    """Gemma 3's template takes no tool role and requires alternating turns: trim counts the
+    rewrite and must print that rewrite (it printed the original roles, which a server refuses),
+    so counting its output again gives the same total."""
+    profile = ("--tokenizer", "qwen2.5", "--chat-format", "gemma3")
+    out = run("trim", str(body_file), *profile, "--window", "16384", "--reserve", "1024", "--report",
+              str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    roles = [m["role"] for m in result["messages"]]
+    assert "tool" not in roles and "tools" not in result
+    turns = roles[1:] if roles[0] == "system" else roles
+    assert all(a != b for a, b in zip(turns, turns[1:], strict=False)), roles
+    (tmp_path / "out.json").write_text(out.stdout)
+    again = run("render", str(tmp_path / "out.json"), *profile)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert f": {report['tokens_after']} tokens" in again.stderr.splitlines()[0]

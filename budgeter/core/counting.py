@@ -19,8 +19,8 @@ from typing import Any
 from budgeter.core import incremental
 from budgeter.core.frames import Frames
 from budgeter.core.incremental import Mark
-from budgeter.core.jsonargs import _SURROGATE, has_surrogate
-from budgeter.core.memo import same_objects
+from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
+from budgeter.core.memo import IdentityMemo, same_objects
 from budgeter.core.messages import Message, to_template
 from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
@@ -367,6 +367,20 @@ class TemplateCounter:
             return self.adapter(dicts, tools)
         return dicts, tools
 
+    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+             ) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None:
+        """The conversation as counted, where that is not the messages as given: the adapter's
+        rewrite and the template rules' rewrites the server needs too; None otherwise."""
+        for_server = getattr(self.format, "for_server", None)
+        if self.adapter is None and for_server is None:
+            return None
+        given = [self._template_dict(m) for m in messages]
+        dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
+        ruled = for_server(dicts) if for_server is not None else None
+        if ruled is None and schemas is tools and len(dicts) == len(given) and same_objects(dicts, given) == len(given):
+            return None  # the adapter left every message as it was (a rewrite that applies to none of them)
+        return (list(ruled) if ruled is not None else list(dicts)), schemas
+
     def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
         dicts, schemas = self._adapted(messages, tools)
         return self.format.render(dicts, list(schemas) or None, add_generation_prompt=True)
@@ -447,6 +461,34 @@ class TemplateCounter:
             cost = self.pieces.count(text) if counted is None else counted
         self._costs[m] = cost
         return cost
+
+
+_wired = IdentityMemo(limit=1 << 16)
+
+
+def sent(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict]
+         ) -> tuple[list[JSONDict], list[JSONDict]] | None:
+    """The request as the counter counted it, in OpenAI wire form (arguments as JSON text), where
+    the counter rewrites the conversation for its template (``core/fallback.py``, the template
+    rules, mistral-common's placement of system messages); None where it counts the messages as
+    given. Every front door returns or forwards this form, so the server renders exactly what was
+    counted. The same rewritten message comes back as the same object on later builds."""
+    fn = getattr(counter, "sent", None)
+    got = fn(messages, tools) if fn is not None else None
+    if got is None:
+        return None
+    dicts, schemas = got
+    return [_wired.get((d,), _wire, d) for d in dicts], list(schemas)
+
+
+def _wire(d: Mapping[str, Any]) -> JSONDict:
+    calls = d.get("tool_calls")
+    if not calls or all(isinstance(c["function"]["arguments"], str) for c in calls):
+        return dict(d)
+    return {**d, "tool_calls": [
+        {**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                           if isinstance(c["function"]["arguments"], str)
+                           else dumps(c["function"]["arguments"])}} for c in calls]}
 
 
 def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,

@@ -10,6 +10,10 @@ consecutive messages of one role. ``adapter`` returns the rewrite applied before
   ``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``;
 - tool role rejected or dropped: tool results become user messages
   ``<tool_response>\\n...\\n</tool_response>``;
+- a system message only at the start (Qwen3.5/3.6 raise "System message must be at the
+  beginning"; Gemma 3 breaks its alternation): a later system message becomes a user message with
+  the same content, as LiteLLM sends system text to models without a system role. History is
+  append-only, so refusing it at render time would leave a session that can never be built.
 - strict alternation: consecutive messages of one role are merged with a blank line.
 
 The rewritten conversation is what budgeter counts and what the report names, so a template that
@@ -40,6 +44,7 @@ class Capabilities:
     tool_calls: bool
     tool_role: bool
     alternation_free: bool
+    system_anywhere: bool = True
 
     def notes(self) -> list[str]:
         out = []
@@ -49,9 +54,16 @@ class Capabilities:
             out.append("template does not render tool calls: counted as <tool_call> text")
         if not self.tool_role:
             out.append("template cannot render tool results: counted as user messages")
+        if not self.system_anywhere:
+            out.append("template takes a system message only at the start: a later one is counted (and sent) "
+                       "as a user message")
         if not self.alternation_free:
             out.append("template requires alternating roles: consecutive messages merged")
         return out
+
+    @property
+    def complete(self) -> bool:
+        return self.tools and self.tool_calls and self.tool_role and self.alternation_free and self.system_anywhere
 
 
 def _renders(fmt: ChatFormat, messages: list[dict[str, Any]], tools: Any, needle: str) -> bool:
@@ -71,6 +83,9 @@ def probe(fmt: ChatFormat) -> Capabilities:
         or _renders(fmt, [user, call], None, "zqprobecall"),
         tool_role=_renders(fmt, [user, {**call, "tool_calls": [_CALL]}, result], None, "zqprobeout"),
         alternation_free=_renders(fmt, [user, {"role": "user", "content": "zqtwo"}], None, "zqtwo"),
+        system_anywhere=_renders(fmt, [{"role": "system", "content": "s"}, user, {"role": "assistant", "content": "a"},
+                                       {"role": "system", "content": "zqlater"}, {"role": "user", "content": "b"}],
+                                 None, "zqlater"),
     )
 
 
@@ -87,7 +102,7 @@ class _Adapted:
 
 
 def adapter(caps: Capabilities) -> Adapter | None:
-    if caps.tools and caps.tool_calls and caps.tool_role and caps.alternation_free:
+    if caps.complete:
         return None
     memo = IdentityMemo(limit=32 << 20, size=_content_chars)  # a rewritten tool result copies its text
     walks: Walks[_Adapted] = Walks()
@@ -95,8 +110,14 @@ def adapter(caps: Capabilities) -> Adapter | None:
     rewritten and only the runs from the last one they may extend are merged again (a walk over
     every message per build was ~6% of a Gemma 3 turn at 300K chars, and grew with history)."""
 
-    def one(m: dict[str, Any]) -> dict[str, Any]:
+    def one(m: dict[str, Any], first: bool) -> dict[str, Any]:
+        role = m.get("role")
+        system = not caps.system_anywhere and not first and role == "system"
+        if not (system or (not caps.tool_calls and m.get("tool_calls")) or (not caps.tool_role and role == "tool")):
+            return m  # (the same object: a conversation no rule touches comes back as it was given)
         out = dict(m)
+        if system:
+            out["role"] = "user"
         if not caps.tool_calls:
             out = _calls_as_text(out)
         if not caps.tool_role:
@@ -108,7 +129,7 @@ def adapter(caps: Capabilities) -> Adapter | None:
         # changed), and the same output objects come back, so renders and checks meet known objects
         held, shared = walks.find(messages) if messages else (None, 0)
         ones = held.ones[:shared] if held is not None else []
-        ones += [memo.get((m,), one, m) for m in messages[shared:]]
+        ones += [memo.get((m,), one, m, i == 0, key=(i == 0,)) for i, m in enumerate(messages[shared:], shared)]
         placed = ones
         if tools and not caps.tools:
             if ones and ones[0].get("role") == "system":

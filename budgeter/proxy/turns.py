@@ -13,8 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from budgeter.core.engine import BuildResult, trim
-from budgeter.core.jsonargs import dumps_text
-from budgeter.core.messages import Message, from_openai_list, to_template
+from budgeter.core.messages import Message, from_openai_list
 from budgeter.core.policy import policy_from_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
@@ -168,21 +167,9 @@ class ProxySessions:
             return trim(request.messages, counter=counter, tools=request.tools, policy=policy)
 
     def wire(self, result: BuildResult, tools: Sequence[JSONDict]) -> tuple[list[JSONDict], list[JSONDict]]:
-        """The prompt's messages and tools as sent upstream. For a template that cannot render
-        tools, tool calls or tool results, or that requires alternating roles, the counter counts
-        a documented adapted rendering (``core/fallback.py``); the proxy sends that same adapted
-        form, so the server renders exactly what was counted and never rejects it."""
-        counter = self.sessions.profiles.counter(self.tokenizer)
-        adapter = getattr(counter, "adapter", None)
-        if adapter is None:
-            return result.openai_messages(), list(tools)
-        dicts, schemas = adapter([to_template(m) for m in result.messages], tools)
-        for m in dicts:
-            for call in m.get("tool_calls") or ():
-                fn = call["function"]
-                if not isinstance(fn["arguments"], str):  # parsed for the template; a string on the wire
-                    fn["arguments"] = dumps_text(fn["arguments"])
-        return dicts, list(schemas)
+        """The prompt's messages and tools as sent upstream: what the counter counted
+        (``core.counting.sent``), so the server renders exactly that and never rejects it."""
+        return self.sessions.sent(self.tokenizer, result.messages, tools)
 
     def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens

@@ -12,6 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.guards import CallVerdict
 from budgeter.core.jsonargs import dumps_compact, dumps_text
+from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
@@ -135,6 +136,18 @@ def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> s
     return out + "}"
 
 
+_sent_texts = IdentityMemo(limit=64 << 20, size=len)
+
+
+def sent_json(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
+    """``body_json`` of a rewritten conversation (``core.counting.sent``), each message's text
+    memoized by the identity of its dict (the same rewritten message comes back on later builds)."""
+    out = '{"messages":[' + ",".join([_sent_texts.get((m,), dumps_compact, m) for m in messages]) + "]"
+    if tools:
+        out += ',"tools":' + dumps_compact(list(tools))
+    return out + "}"
+
+
 def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPromptResponse:
     """``built.kept`` > 0 (the caller holds the previous prompt): the typed messages and the JSON
     body carry only the messages from there on, and the body no tools."""
@@ -151,9 +164,13 @@ def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPrompt
                for s in result.steps if s.actions or s.tokens_before != s.tokens_after])
     typed = view != pb.PROMPT_VIEW_JSON
     text = view != pb.PROMPT_VIEW_TYPED
+    body = ""
+    if text:
+        body = sent_json(*built.sent) if built.sent is not None else \
+            body_json(result.messages[kept:], () if kept else info.config.tools)
     return pb.BuildPromptResponse(
         messages=[message_to_pb(m) for m in result.messages[kept:]] if typed else (),
-        body_json=body_json(result.messages[kept:], () if kept else info.config.tools) if text else "",
+        body_json=body,
         tokens=result.tokens, budget=result.budget, extends_previous=result.extends_previous,
         prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,
         tokenizer=info.config.tokenizer, prompt_id=built.prompt_id, kept_messages=kept)

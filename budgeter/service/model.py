@@ -68,6 +68,9 @@ class Built:
     info: SessionInfo
     prompt_id: str = ""
     kept: int = 0
+    sent: tuple[list[JSONDict], list[JSONDict]] | None = None
+    """The messages and tools as counted where the profile rewrites them for its template
+    (``core.counting.sent``); None: ``result.messages`` and the session's tools as they are."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from budgeter.core.chains import LINK, Link, assemble
+from budgeter.core.counting import sent
 from budgeter.core.engine import BuildResult, Session
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.messages import Message, to_openai
@@ -209,6 +210,7 @@ class Sessions:
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.profiles.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
+            wire = sent(live.engine.counter, result.messages, live.engine.tools)
             live.unstored.update((h, escape_surrogates(t)) for h, t in result.payloads.items()
                                  if h not in live.stored_handles)
             live.unstored.update((LINK + h, link.encode()) for h, link in result.links.items()
@@ -222,9 +224,10 @@ class Sessions:
                 for h in new:
                     live.unstored.pop(h, None)
         if overrides:
-            return Built(result, info)
-        kept = result.prefix_changed_at if known and known == live.prompt_id(result.serial - 1) else 0
-        return Built(result, info, live.prompt_id(result.serial), kept)
+            return Built(result, info, sent=wire)
+        # a rewritten conversation is sent whole: its messages do not map one to one onto the prompt's
+        shared = known and wire is None and known == live.prompt_id(result.serial - 1)
+        return Built(result, info, live.prompt_id(result.serial), result.prefix_changed_at if shared else 0, wire)
 
     def _one_off(self, live: Live, overrides: dict[str, Any]) -> BuildResult:
         """A build with per-call policy changes; the session's own plan is left as it was."""
@@ -234,6 +237,15 @@ class Sessions:
         temp.log = live.engine.log  # history and its facts are shared, read only
         temp.superseded = dict(live.engine.superseded)
         return temp.build()
+
+    def sent(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict]
+             ) -> tuple[list[JSONDict], list[JSONDict]]:
+        """The request to send for a prompt counted under ``tokenizer``: what it counted."""
+        name = self.profiles.name(tokenizer)
+        counter = self.profiles.counter(name)
+        with self.profiles.lock(name):
+            got = sent(counter, messages, tools)
+        return got if got is not None else ([to_openai(m) for m in messages], list(tools))
 
     def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
               tools: Sequence[JSONDict] = ()) -> CountResult:

@@ -21,6 +21,7 @@ Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -32,7 +33,7 @@ from importlib import resources
 from typing import Any
 
 from budgeter.core.memo import IdentityMemo, Walks
-from budgeter.core.messages import Message, to_template
+from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
 from budgeter.tokenizers.twin import ranked_twin
@@ -490,6 +491,7 @@ class MistralCounter:
         self._tools_json = IdentityMemo(limit=64)
         self._memoized(tokenizer._chat_completion_request_validator)
         self._converted: dict[Message, Any] = {}
+        self._as_user: dict[Message, Message] = {}
         self._conversions: Walks[list[Any]] = Walks()
         """Reusing builds' converted message lists, extended by the builds that share their start."""
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
@@ -511,6 +513,8 @@ class MistralCounter:
     def notes(self) -> tuple[str, ...]:
         backend = self._lengths.backend
         notes = ["mistral-common request encoding (exact, memoized per message)",
+                 "a system message right after an assistant message or a tool result (mistral-common "
+                 "refuses it) is counted and sent as a user message",
                  f"count backend: {backend}" + (" (ids checked equal at load)" if backend != "tiktoken" else "")]
         if self.off:
             notes.append(f"renders: {self.off}")
@@ -542,6 +546,7 @@ class MistralCounter:
         made then); otherwise afresh from the OpenAI form, as mistral-common's own entry does."""
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
+        messages = self._placed(messages)
         try:
             with self._runs.reusing(reuse):
                 if reuse:
@@ -553,6 +558,32 @@ class MistralCounter:
                 return self._tok._instruct_request_normalizer.from_chat_completion_request(valid)
         except Exception as exc:
             raise TemplateError(f"mistral-common rejects this conversation: {exc}") from exc
+
+    def _placed(self, messages: Sequence[Message]) -> Sequence[Message]:
+        """mistral-common refuses a system message right after an assistant message or a tool
+        result, and history is append-only, so such a message is encoded as a user message with the
+        same content (the same object each time, so builds still meet known messages); the proxy
+        sends it so (``adapter``)."""
+        at = [i for i in range(1, len(messages)) if messages[i].role == "system"
+              and messages[i - 1].role in ("assistant", "tool")]
+        if not at:
+            return messages
+        out = list(messages)
+        for i in at:
+            m = out[i]
+            got = self._as_user.get(m)
+            if got is None:
+                if len(self._as_user) >= 10_000:
+                    self._as_user.clear()
+                got = self._as_user[m] = dataclasses.replace(m, role="user")
+            out[i] = got
+        return out
+
+    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+             ) -> tuple[list[dict[str, Any]], Sequence[JSONDict]] | None:
+        """The messages as counted (``_placed``) where that moved a system message; None otherwise."""
+        placed = self._placed(messages)
+        return None if placed is messages else ([to_openai(m) for m in placed], tools)
 
     def _converts(self, messages: Sequence[Message]) -> list[Any]:
         """Each message converted, those the previous build of the conversation shared taken from

@@ -127,20 +127,31 @@ class RuledFormat:
         return self.inner.render(rewritten, tools, add_generation_prompt=add_generation_prompt)
 
     def _rewrite(self, m: Mapping[str, Any]) -> Mapping[str, Any]:
-        calls: Sequence[Any] = m.get("tool_calls") or ()
         if self.rules.thinking_field and m.get("reasoning_content") and "thinking" not in m:
             m = {**m, "thinking": m["reasoning_content"]}
-            if calls and m.get("content"):  # harmony templates refuse both beside tool calls
+            if m.get("tool_calls") and m.get("content"):  # harmony templates refuse both beside tool calls
                 m = {**m, "thinking": f"{m['thinking']}\n\n{m['content']}", "content": ""}
-        if self.rules.single_call and len(calls) > 1:
-            extra = "\n".join("<tool_call>\n" + json.dumps({"name": c["function"]["name"],
-                                                            "arguments": c["function"]["arguments"]},
-                                                           ensure_ascii=False) + "\n</tool_call>"
-                              for c in calls[1:])
-            field = "thinking" if m.get("thinking") else "content"
-            text = m.get(field) or ""
-            m = {**m, "tool_calls": [calls[0]], field: f"{text}\n{extra}" if text else extra}
-        return m
+        return self._single(m) if self.rules.single_call else m
+
+    @staticmethod
+    def _single(m: Mapping[str, Any]) -> Mapping[str, Any]:
+        calls: Sequence[Any] = m.get("tool_calls") or ()
+        if len(calls) < 2:
+            return m
+        extra = "\n".join("<tool_call>\n" + json.dumps({"name": c["function"]["name"],
+                                                        "arguments": c["function"]["arguments"]},
+                                                       ensure_ascii=False) + "\n</tool_call>"
+                          for c in calls[1:])
+        field = "thinking" if m.get("thinking") else "content"
+        text = m.get(field) or ""
+        return {**m, "tool_calls": [calls[0]], field: f"{text}\n{extra}" if text else extra}
+
+    def for_server(self, messages: list[Mapping[str, Any]]) -> list[Mapping[str, Any]] | None:
+        """The rewrites the server needs too (it refuses parallel calls on a one-call template);
+        None when there are none. (The server copies reasoning into ``thinking`` itself.)"""
+        if not self.rules.single_call or not any(len(m.get("tool_calls") or ()) > 1 for m in messages):
+            return None
+        return [self._single(m) for m in messages]
 
 
 def apply(fmt: ChatFormat) -> tuple[ChatFormat, Rules]:

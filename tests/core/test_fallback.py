@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budgeter.core import Policy, trim
+from budgeter.core.counting import sent
 from budgeter.core.fallback import Capabilities, adapter
+from budgeter.core.messages import from_openai_list
+from budgeter.tokenizers.registry import resolve
 
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
 
@@ -20,7 +25,7 @@ def _message(role: str, k: int) -> dict:
 
 
 _ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
-_CAPS = st.builds(Capabilities, st.booleans(), st.booleans(), st.booleans(), st.booleans())
+_CAPS = st.builds(Capabilities, st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
@@ -50,3 +55,30 @@ def test_each_build_is_rewritten_as_a_fresh_adapter_would(caps, steps, with_tool
         assert fresh is not None
         want, want_tools = fresh(list(conversation), tools)
         assert got == want and list(got_tools) == list(want_tools)
+
+
+SYSTEM_LATER = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok"}, {"role": "system", "content": "From now on, answer in French."},
+                {"role": "user", "content": "again"}]
+
+
+@pytest.mark.parametrize("spec,chat_format", [("qwen3.6", None), ("qwen2.5", None), ("mistral-tekken", None),
+                                              ("qwen2.5", "gemma3"), ("qwen2.5", "qwen3.6")])
+def test_a_system_message_after_the_first_turn_never_makes_a_session_unbuildable(spec, chat_format):
+    """History is append-only: a system message an agent appends mid-session (accepted by every
+    front door) must be rendered, not refused on every later build. Where the template takes
+    system text only at the start it is counted as a user message holding the same text, and
+    the profile's notes say so."""
+    counter = resolve(spec, chat_format=chat_format)
+    messages = from_openai_list(SYSTEM_LATER)
+    rendered = counter.render(messages, ())
+    assert "answer in French" in rendered and "again" in rendered
+    result = trim(messages, counter=counter, policy=Policy(window=4000, reserve=100))
+    assert [m.content for m in result.messages][-2:] == ["From now on, answer in French.", "again"]
+    wire = sent(counter, messages, ())
+    if "system" not in rendered.split("answer in French")[0][-40:]:  # counted as a user message
+        assert wire is not None, "what is sent must be what was counted"
+        assert [d["role"] for d in wire[0] if "French" in str(d.get("content"))] == ["user"]
+        assert any("system message" in note for note in counter.notes)
+    else:
+        assert wire is None

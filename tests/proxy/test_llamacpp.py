@@ -44,15 +44,18 @@ def tiny_qwen3(qwen3_path, tmp_path_factory):
         yield url + "/v1", qwen3_path
 
 
-def agent_loop(base_url: str, turns: list[str], *, max_tokens: int = 12) -> list[tuple[int, int, bool, bool]]:
+def agent_loop(base_url: str, turns: list[str], *, max_tokens: int = 12,
+               system_at: int | None = None) -> list[tuple[int, int, bool, bool]]:
     """An unmodified OpenAI-SDK loop; (server prompt_tokens, budgeter's count, compacted, streamed)
-    per turn."""
+    per turn. ``system_at``: the turn before which the loop adds a system message."""
     import openai
 
     llm = openai.OpenAI(base_url=base_url, api_key="-", max_retries=0, timeout=300)
     messages = [{"role": "system", "content": "You answer in one short sentence. " * 8}]
     seen = []
     for k, question in enumerate(turns):
+        if k == system_at:
+            messages.append({"role": "system", "content": "From now on, answer in French."})
         messages.append({"role": "user", "content": question + " Please answer with care and detail. " * 3})
         stream = k % 2 == 1
         if stream:
@@ -89,6 +92,20 @@ def test_gemma_prompt_tokens_equal_budgeter_count_across_compaction(gemma):
     assert all(ours <= 512 - 64 for _, ours, *_ in seen)
     assert 'budgeter_proxy_prompt_tokens_mismatches_total{model="gemma"}' not in metrics
     assert f'budgeter_proxy_prompt_tokens_delta_bucket{{le="0.0",model="gemma"}} {len(seen)}.0' in metrics
+
+
+def test_gemma_takes_a_system_message_added_mid_session_through_the_proxy(gemma):
+    """Gemma 3's template takes a system message only first (and alternation after it): one added
+    after turn 2 is sent as user text on every later turn, accepted and counted exactly."""
+    url, folder = gemma
+    settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"gemma3": folder},
+                        default_tokenizer="gemma3", window=2048, reserve=64, metrics_port=0)
+    proxy = start(settings, sessions=open_sessions(settings))
+    try:
+        seen = agent_loop(proxy.base_url, QUESTIONS[:5], system_at=2)
+    finally:
+        proxy.stop()
+    assert [server for server, *_ in seen] == [ours for _, ours, *_ in seen], seen
 
 
 def proxied(url: str, folder: str, *, window: int, reserve: int):

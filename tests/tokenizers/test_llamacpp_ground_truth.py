@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from budgeter.core.counting import sent
 from budgeter.core.engine import Session, trim
 from budgeter.core.incremental import MIN_MESSAGES
 from budgeter.core.messages import Message, to_openai
@@ -63,8 +64,11 @@ def served(request, tmp_path_factory):
         yield counter, url
 
 
-def _server_counts(url, messages, tools):
-    body = [to_openai(m) for m in messages]
+def _server_counts(url, messages, tools, counter=None):
+    """The server's counts of the request budgeter returns for ``messages`` (its rewrite, where the
+    profile's template needs one)."""
+    wire = sent(counter, messages, tools or ()) if counter is not None else None
+    body, tools = wire if wire is not None else ([to_openai(m) for m in messages], tools)
     usage = llamacpp.chat_prompt_tokens(url, body, tools)
     text = llamacpp.apply_template(url, body, tools)
     return usage, text, llamacpp.tokenize(url, text, add_special=True)
@@ -78,7 +82,7 @@ def test_counts_equal_llama_server_before_and_after_compaction(served, seed):
     # compacted, or (where the failure hygiene alone made it fit) at least rewritten
     assert result.tokens <= SMALL.budget and (result.compacted or list(result.messages) != messages)
     for prompt in (messages, list(result.messages)):
-        usage, text, ids = _server_counts(url, prompt, tools)
+        usage, text, ids = _server_counts(url, prompt, tools, counter)
         assert counter.render(prompt, tools) == text
         assert counter.count_prompt(prompt, tools) == usage == len(ids)
         assert counter.pieces.tokenizer.encode_full(text) == ids
@@ -109,8 +113,22 @@ def test_no_tools_and_a_lone_user_turn(served):
     counter, url = served
     messages, _ = session(4, chars=4_000)
     for prompt in (messages[:2], [m for m in messages if m.role in ("system", "user")]):
-        usage, _, ids = _server_counts(url, prompt, None)
+        usage, _, ids = _server_counts(url, prompt, None, counter)
         assert counter.count_prompt(prompt, ()) == usage == len(ids)
+
+
+def test_a_system_message_after_the_first_turn_is_accepted_and_exact(served):
+    """An agent may append a system message mid-session; the request budgeter returns for it is
+    accepted by the server and counted exactly (Qwen3.6's template refuses it where it stands, so
+    budgeter sends it as a user message and says so)."""
+    counter, url = served
+    messages, tools = session(5, chars=6_000)
+    messages = [*messages[:4], Message("system", "From now on, answer in French."), *messages[4:]]
+    result = trim(messages, counter=counter, tools=tools, policy=SMALL)
+    for prompt in (messages, list(result.messages)):
+        usage, text, ids = _server_counts(url, prompt, tools, counter)
+        assert "answer in French" in text
+        assert counter.count_prompt(prompt, tools) == usage == len(ids)
 
 
 NOT_NFC = ["caf\u0065\u0301 na\u0069\u0308ve", "\u212b ngstr\u00f6m \u2126", "\uf945\uf900 \U0002f800",
