@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from budgeter.core import sniff
 from budgeter.core.classify import Evidence, ResultStatus
 from budgeter.core.facts import History
 from budgeter.core.guards import validate_tool_call
 from budgeter.core.messages import ToolCall, from_openai_list
 from budgeter.core.paths import path_problem, safe_path
-from budgeter.core import sniff
 from budgeter.core.policy import FileTools, Policy, policy_from_dict
 from budgeter.errors import InvalidInput
 from tests.core.test_guards import TOOLS
