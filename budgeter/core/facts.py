@@ -78,9 +78,8 @@ class CallFacts:
         than a type a runtime commonly coerces (``"5"`` for an integer), a copied marker (which
         budgeter's own shrunk prompt holds too, so trimming its output again would take the call
         for failed) or an unsafe path (``_NO_EVIDENCE``), or a file write or edit with an empty
-        path. A repeat of a failure counts only
-        as a retry, with no success between (``History._result``): the same test run again after
-        an edit may pass."""
+        path. A repeat of a failure counts only as a retry, with no success between
+        (``History._result``): the same test run again after an edit may pass."""
         if self.bad_arguments or any(not _lenient(p) for p in self.verdict.problems):
             return True
         return self.kind is CallKind.MUTATE and not self.path and self.value is not None and any(
@@ -95,9 +94,9 @@ def _lenient(p: Problem) -> bool:
 
 
 _NO_EVIDENCE = ("COPIED_MARKER", "REPEATED_FAILURE", "UNSAFE_PATH")
-"""Problems that say nothing of how a call went: an UNSAFE_PATH call that a runtime ran anyway
-(one that ignores the verdict, or whose workspace is the root the policy does not name) may well
-have worked, and a success must never be shown as a failure."""
+"""Problems that say nothing of how a call went. An UNSAFE_PATH call that a runtime ran anyway (one
+that ignores the verdict, or whose tools take absolute paths in a workspace the policy names no
+root for) may well have worked, and a success must never be shown as a failure."""
 
 _PATH_KEYS = ("path", "file_path", "filepath", "file", "filename")
 

@@ -20,11 +20,13 @@ from collections.abc import Iterable
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _INDEX = re.compile(r"(?:\[\d+\])+$")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _DIR_KEY = re.compile(r"^(?:dir|directory|cwd|workdir|\w+_(?:dir|directory))s?$")
 _FILE_KEY = re.compile(r"^(?:path|file|filepath|filename|src|source|dest|destination"
                        r"|\w+_(?:path|file|filepath|filename))s?$")
 """Argument names that hold a path (``path``, ``file_path``, ``target_file``, ``old_path``,
-``paths``...); ``_DIR_KEY``'s name a directory, where ``.`` and an empty value are fine."""
+``paths``...; camelCase too: ``filePath``, ``targetFile``); ``_DIR_KEY``'s name a directory,
+where ``.`` and an empty value are fine."""
 
 
 def path_problem(path: str, *, root: str = "", file: bool = True) -> str:
@@ -64,7 +66,7 @@ def path_leaves(leaves: Iterable[tuple[str, str]]) -> Iterable[tuple[str, str, b
     """(field, text, names a directory) for each string leaf (``guards.string_leaves``) whose
     argument name says it holds a path, at any depth (``edits[2].file_path``, ``paths[0]``)."""
     for field, text in leaves:
-        key = _INDEX.sub("", field).rpartition(".")[2].lower()
+        key = _CAMEL.sub("_", _INDEX.sub("", field).rpartition(".")[2]).lower()
         if _DIR_KEY.match(key):
             yield field, text, True
         elif _FILE_KEY.match(key):

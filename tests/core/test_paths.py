@@ -78,7 +78,8 @@ def test_path_arguments_by_name_at_any_depth():
                        {"file_path": "../x.py", "old_string": "a", "new_string": "b"}]}
     assert [(p.code, p.field) for p in verdict(edits, name="multi_edit", tools=()).problems] == [
         ("UNSAFE_PATH", "edits[1].file_path")]
-    for key in ("target_file", "dest", "destination", "source", "src", "old_path", "filename"):
+    for key in ("target_file", "dest", "destination", "source", "src", "old_path", "filename",
+                "filePath", "targetFile"):
         v = verdict({key: "/etc/x", "content": "y"}, name="move_file", tools=())
         assert [(p.code, p.field) for p in v.problems] == [("UNSAFE_PATH", key)], key
     many = verdict({"paths": ["a.py", "/b.py"]}, name="read_many", tools=())
