@@ -1,5 +1,6 @@
 """examples/agent_loop.py, the README's agent loop, run as written: a real budgeter server and a
-scripted OpenAI-compatible model that repeats an empty-path write three times."""
+scripted OpenAI-compatible model that repeats an empty-path write three times, or asks to write
+outside --workdir."""
 
 from __future__ import annotations
 
