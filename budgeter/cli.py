@@ -201,10 +201,12 @@ def emit(value: Any, *, ok: bool = True) -> None:
 
 @app.command()
 def validate(input: Annotated[str, typer.Argument(help=(
-        'JSON {"tool_call": {...}, "tools": [...], "finish_reason": "length"?}, or - for stdin.'))]) -> None:
+        'JSON {"tool_call": {...}, "tools": [...], "finish_reason": "length"?, "policy": {...}?}, '
+        'or - for stdin. policy: e.g. {"path_root": "/abs/workspace"}.'))]) -> None:
     """Check a tool call before running it. Exit 1 when it must not run."""
     from budgeter.core.guards import validate_tool_call
     from budgeter.core.messages import ToolCall
+    from budgeter.core.policy import policy_from_dict
 
     body = read_json(input)
     if isinstance(body, dict) and "tool_call" not in body and ("function" in body or "name" in body):
@@ -222,8 +224,15 @@ def validate(input: Annotated[str, typer.Argument(help=(
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         fail("INVALID_INPUT", "tools must be a list")
+    raw_policy = body.get("policy") or {}
+    if not isinstance(raw_policy, dict):
+        fail("INVALID_INPUT", "policy must be an object of policy fields")
+    try:
+        policy = policy_from_dict(raw_policy)
+    except BudgeterError as exc:
+        fail(exc.reason, exc.message)
     verdict = validate_tool_call(ToolCall(str(call.get("id", "")), fn["name"], arguments), tools,
-                                 finish_reason=body.get("finish_reason"))
+                                 finish_reason=body.get("finish_reason"), policy=policy)
     from budgeter.shapes import verdict_of
 
     emit(verdict_of(verdict, id=str(call.get("id", "")), name=fn["name"]), ok=verdict.runnable)

@@ -165,7 +165,7 @@ class Client:
                        file_tools: Mapping[str, Iterable[str]] | None = None,
                        **policy: Any) -> Op[SessionHandle]:
         """``policy``: window, reserve, low_water, protect_tail_turns, keep_latest_failure,
-        shrink_min_chars, shrink_keep_chars. ``file_tools``: {"reads": [...], "writes": [...],
+        shrink_min_chars, shrink_keep_chars, path_root. ``file_tools``: {"reads": [...], "writes": [...],
         "edits": [...]} tool names."""
         request = pb.CreateSessionRequest(session_id=session_id, tokenizer=tokenizer,
                                           policy=pb.Policy(**policy),

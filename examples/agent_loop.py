@@ -5,8 +5,10 @@
 
 The model is any OpenAI-compatible server (llama.cpp, vLLM, Ollama, LM Studio). Tools write and
 read files under --workdir. A call budgeter's verdict marks not runnable (cut by the length limit,
-broken JSON, an empty required path, the repeat of a call that already failed) is never run: the
-model gets a one-line error instead.
+broken JSON, an empty required path, a path outside --workdir, the repeat of a call that already
+failed) is never run: the model gets a one-line error instead. The tools also resolve each path
+(symlinks followed) and refuse one that lands outside --workdir, which budgeter, never touching
+the disk, cannot see.
 """
 
 import argparse
@@ -28,7 +30,10 @@ TOOLS = [
 
 
 def run(workdir: Path, name: str, args: dict) -> str:
-    path = workdir / args["path"]
+    root = workdir.resolve()
+    path = (root / args["path"]).resolve()  # where the call would land: .. and symlinks followed
+    if path == root or not path.is_relative_to(root):
+        raise PermissionError(f"{args['path']!r} is outside the workspace")
     if name == "write_file":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(args["content"])
@@ -39,7 +44,8 @@ def run(workdir: Path, name: str, args: dict) -> str:
 def agent(task: str, *, llm: str, budgeter: str, workdir: Path, max_turns: int = 20) -> int:
     """Runs the loop; returns how many tool calls were executed."""
     model = OpenAI(base_url=llm, api_key="-")
-    session = Client(budgeter).create_session(tools=TOOLS, window=32768, reserve=2048)
+    session = Client(budgeter).create_session(tools=TOOLS, window=32768, reserve=2048,
+                                              path_root=str(workdir.resolve()))  # absolute paths inside it run
     prompt = session.prompt(append=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}])
     executed = 0
     for _ in range(max_turns):
@@ -53,7 +59,7 @@ def agent(task: str, *, llm: str, budgeter: str, workdir: Path, max_turns: int =
             if v["runnable"]:
                 try:
                     output, status = run(workdir, v["name"], json.loads(v["arguments"])), "ok"
-                except OSError as exc:  # the tool failed: say so (budgeter takes it as declared)
+                except (OSError, ValueError) as exc:  # the tool failed or refused: say so (declared)
                     output, status = f"Error: {exc}", "error"
                 executed += 1
             else:

@@ -11,8 +11,9 @@ failure is *answered* once an assistant message follows its result: the model ha
 A call failed on the strongest evidence at hand (``classify.Evidence``):
 - **declared**: its result's status, ``is_error``/``isError`` or an MCP ``isError`` result;
 - **verdict**: budgeter judged it not runnable (truncated or invalid arguments from the start; a
-  schema problem, an empty required field, an empty path for a file write, a copied marker or a
-  repeat of a failure once its result arrives, whatever the result says);
+  schema problem, an empty required field, an empty path for a file write, or a repeat of a
+  failure once its result arrives, whatever the result says); a copied marker or an unsafe path
+  is no evidence (``_NO_EVIDENCE``);
 - **retried**: the model's next call to the same tool, with no other call succeeding between,
   repeats a write or edit's payload (the same arguments, the same non-empty arguments with more
   given, or the same large content elsewhere after an answer that shows a sign of an error): the
@@ -74,11 +75,11 @@ class CallFacts:
     @property
     def not_runnable(self) -> bool:
         """Budgeter's verdict says the call could not do its job: bad arguments, a problem other
-        than a type a runtime commonly coerces (``"5"`` for an integer) or a copied marker (which
+        than a type a runtime commonly coerces (``"5"`` for an integer), a copied marker (which
         budgeter's own shrunk prompt holds too, so trimming its output again would take the call
-        for failed), or a file write or edit with an empty path. A repeat of a failure counts only
-        as a retry, with no success between (``History._result``): the same test run again after
-        an edit may pass."""
+        for failed) or an unsafe path (``_NO_EVIDENCE``), or a file write or edit with an empty
+        path. A repeat of a failure counts only as a retry, with no success between
+        (``History._result``): the same test run again after an edit may pass."""
         if self.bad_arguments or any(not _lenient(p) for p in self.verdict.problems):
             return True
         return self.kind is CallKind.MUTATE and not self.path and self.value is not None and any(
@@ -86,11 +87,16 @@ class CallFacts:
 
 
 def _lenient(p: Problem) -> bool:
-    if p.code in ("COPIED_MARKER", "REPEATED_FAILURE") or p.message.startswith("the tool's own schema"):
+    if p.code in _NO_EVIDENCE or p.message.startswith("the tool's own schema"):
         return True  # (a schema that cannot check a call says nothing of how the call went)
     return p.code == "SCHEMA" and "is not of type" in p.message and any(
         t in p.message for t in ("'integer'", "'number'", "'boolean'"))
 
+
+_NO_EVIDENCE = ("COPIED_MARKER", "REPEATED_FAILURE", "UNSAFE_PATH")
+"""Problems that say nothing of how a call went. An UNSAFE_PATH call that a runtime ran anyway (one
+that ignores the verdict, or whose tools take absolute paths in a workspace the policy names no
+root for) may well have worked, and a success must never be shown as a failure."""
 
 _PATH_KEYS = ("path", "file_path", "filepath", "file", "filename")
 
@@ -207,7 +213,8 @@ class History:
         known = self.first_error if failures is None else failures
         calls = []
         for c in m.tool_calls:
-            verdict = validate_tool_call(c, self.tools, finish_reason=m.finish_reason, failures=known)
+            verdict = validate_tool_call(c, self.tools, finish_reason=m.finish_reason, failures=known,
+                                         policy=self.policy)
             value = verdict.value
             op, path = file_op(c.name, value, self.policy.file_tools)
             calls.append(CallFacts(c.id, c.name, verdict, op, path, value, call_kind(c.name, value, op)))

@@ -3,7 +3,9 @@
 ``validate_tool_call`` checks, in order: the arguments (VALID, REPAIRED with the lossless repair
 applied, TRUNCATED, INVALID; a cut payload is never completed), the tool's JSON Schema (required
 fields present, and non-empty for required strings; types; enums), budgeter's own elision markers
-copied into the arguments, and whether an identical call already failed in the session.
+copied into the arguments, path arguments of a call that reads, writes, edits or runs something
+that leave the workspace (``paths.path_problem``, against the policy's ``path_root`` when it names
+one), and whether an identical call already failed in the session.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgeter.core.classify import CallKind, FileOp, call_kind, file_op
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
 from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import ToolCall
+from budgeter.core.paths import path_leaves, path_problem
+from budgeter.core.policy import Policy
 from budgeter.core.sniff import PathSuggestion, suggest_path
 from budgeter.core.typing import JSONDict
 
@@ -27,7 +32,7 @@ FailureKey = tuple[str, str]
 @dataclass(frozen=True, slots=True)
 class Problem:
     code: str
-    """UNKNOWN_TOOL, SCHEMA, EMPTY_REQUIRED, COPIED_MARKER or REPEATED_FAILURE."""
+    """UNKNOWN_TOOL, SCHEMA, EMPTY_REQUIRED, COPIED_MARKER, UNSAFE_PATH or REPEATED_FAILURE."""
     field: str
     message: str
 
@@ -53,7 +58,9 @@ class CallVerdict:
 
 def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
                        finish_reason: str | None = None,
-                       failures: Mapping[FailureKey, tuple[int, str]] | None = None) -> CallVerdict:
+                       failures: Mapping[FailureKey, tuple[int, str]] | None = None,
+                       policy: Policy | None = None) -> CallVerdict:
+    """``policy``: its ``file_tools`` and ``path_root`` (the defaults when None)."""
     verdict = classify_arguments(call.arguments, finish_reason=finish_reason)
     value = verdict.value
     problems: list[Problem] = []
@@ -68,6 +75,9 @@ def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
                          f"{path or 'the arguments'} holds budgeter's elision marker: it was copied "
                          "from compressed history, not written")
                  for path, text in leaves if contains_marker(text)]
+    if value is not None:
+        problems += path_problems(call.name, value, leaves, policy or _DEFAULT_POLICY,
+                                  named={p.field for p in problems})
     canonical = dumps(value) if value is not None else call.arguments
     earlier = (failures or {}).get((call.name, canonical))
     if earlier is not None:
@@ -75,6 +85,29 @@ def validate_tool_call(call: ToolCall, tools: Sequence[JSONDict] = (), *,
                                 f"which failed: {earlier[1]}"))
     return CallVerdict(verdict.status, canonical, verdict.repair, verdict.detail, tuple(problems),
                        earlier[0] if earlier else None, earlier[1] if earlier else "", value)
+
+
+_DEFAULT_POLICY = Policy()
+_TOUCHES = frozenset({CallKind.MUTATE, CallKind.READ, CallKind.COMMAND})
+
+
+def path_problems(name: str, value: JSONDict, leaves: Sequence[tuple[str, str]], policy: Policy, *,
+                  named: set[str]) -> list[Problem]:
+    """UNSAFE_PATH for each path argument that leaves the workspace (``paths``), in a call that
+    reads, writes, edits or runs something (``classify.call_kind``); a field ``named`` by an
+    earlier problem is not named again. An empty path or ``.`` counts where the call reads, writes
+    or edits a file, and the argument is not a directory's (``dir``, ``cwd``)."""
+    op, _ = file_op(name, value, policy.file_tools)
+    if op is FileOp.NONE and call_kind(name, value, op) not in _TOUCHES:
+        return []
+    out = []
+    for where, text, is_dir in path_leaves(leaves):
+        why = path_problem(text, root=policy.path_root, file=op is not FileOp.NONE and not is_dir)
+        if why and where not in named:
+            inside = f"the root {policy.path_root}" if policy.path_root else "the workspace"
+            out.append(Problem("UNSAFE_PATH", where, f"{where} {text[:120]!r} {why}; paths must stay "
+                               f"inside {inside}"))
+    return out
 
 
 def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:

@@ -41,6 +41,9 @@ class Policy:
     """Characters a shrunk text keeps (2/3 head, 1/3 tail)."""
     stub_keep_error_chars: int = 160
     file_tools: FileTools = field(default_factory=FileTools)
+    path_root: str = ""
+    """An absolute POSIX path the tools' paths may resolve inside (absolute ones included); empty:
+    only relative paths that stay inside the workspace (``paths.path_problem``)."""
 
     @property
     def budget(self) -> int:
@@ -59,6 +62,8 @@ class Policy:
             problems.append(("protect_tail_turns", "must be >= 0"))
         if self.shrink_keep_chars < 60 or self.shrink_min_chars <= self.shrink_keep_chars:
             problems.append(("shrink_min_chars", "must exceed shrink_keep_chars (>= 60)"))
+        if self.path_root and (not self.path_root.startswith("/") or "\0" in self.path_root):
+            problems.append(("path_root", "must be an absolute POSIX path (or empty)"))
         return problems
 
 
@@ -98,14 +103,14 @@ def policy_from_dict(raw: dict[str, Any]) -> Policy:
     return policy
 
 
-_KINDS = {bool: "true or false", int: "an integer", float: "a number"}
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _same_kind(value: Any, default: Any) -> bool:
-    """``value`` has the JSON type of the field's default: a boolean for a boolean, an integer
-    (not a boolean) for an integer, a finite number for a number."""
-    if isinstance(default, bool):
-        return isinstance(value, bool)
+    """``value`` has the JSON type of the field's default: a boolean for a boolean, a string for
+    a string, an integer (not a boolean) for an integer, a finite number for a number."""
+    if isinstance(default, bool | str):
+        return isinstance(value, type(default))
     if isinstance(value, bool):
         return False
     if isinstance(default, int):

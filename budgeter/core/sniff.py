@@ -9,7 +9,8 @@ Rules (first match wins, on the first 600 characters, leading whitespace ignored
   text otherwise.
 Paths: the first HTML page is ``index.html``, later ones are slugged from ``<title>``; CSS is
 named by its leading comment, else ``styles.css``; scripts are ``script.js``/``script.ts``; others
-``.rescued/write_<stamp>.<ext>``. Paths never contain ``..`` or start with ``/``.
+``.rescued/write_<stamp>.<ext>``. Paths keep ``paths.safe_path``'s rule (relative, inside the
+workspace).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from budgeter.core.paths import safe_path
 
 EXT = {"html": "html", "css": "css", "js": "js", "ts": "ts", "python": "py", "markdown": "md",
        "json": "json", "yaml": "yaml", "shell": "sh", "text": "txt"}
@@ -80,7 +83,3 @@ def suggest_path(text: str, *, html_pages_seen: int = 0, stamp: str = "0") -> Pa
         return PathSuggestion(kind, f"script.{EXT[kind]}", 0.6, "default script name")
     return PathSuggestion(kind, f".rescued/write_{stamp}.{EXT[kind]}", 0.3,
                           f"no conventional name for {kind}")
-
-
-def safe_path(path: str) -> bool:
-    return bool(path) and not path.startswith(("/", "\\")) and ".." not in re.split(r"[/\\]", path)

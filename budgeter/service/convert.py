@@ -36,7 +36,7 @@ FILE_OP = {"NONE": pb.FILE_OPERATION_NONE, "READ": pb.FILE_OPERATION_READ,
            "WRITE": pb.FILE_OPERATION_WRITE, "EDIT": pb.FILE_OPERATION_EDIT}
 RESULT = {"OK": pb.RESULT_STATUS_OK, "ERROR": pb.RESULT_STATUS_ERROR}
 POLICY_FIELDS = ("reserve", "low_water", "protect_tail_turns", "keep_latest_failure",
-                 "shrink_min_chars", "shrink_keep_chars")
+                 "shrink_min_chars", "shrink_keep_chars", "path_root")
 
 
 def tools_from_json(text: str) -> list[dict[str, Any]]:

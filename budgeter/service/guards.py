@@ -18,7 +18,8 @@ from budgeter.core.guards import (
 )
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import ToolCall
-from budgeter.core.sniff import PathSuggestion, safe_path
+from budgeter.core.paths import path_problem
+from budgeter.core.sniff import PathSuggestion
 from budgeter.core.typing import JSONDict
 from budgeter.errors import InvalidInput
 from budgeter.service.sessions import Sessions, session_id_of
@@ -35,13 +36,15 @@ class Guards:
                  finish_reason: str | None = None) -> CallVerdict:
         if not call.name:
             raise InvalidInput("tool_call.name is required", field="tool_call.name")
-        failures = None
+        failures, policy = None, None
         if session:
             live = self.sessions.live(session)
             with live.lock:
                 failures = live.engine.log.failures_except(call.id)
                 tools = tools or live.info.config.tools
-        verdict = validate_tool_call(call, tools, finish_reason=finish_reason, failures=failures)
+                policy = live.engine.policy
+        verdict = validate_tool_call(call, tools, finish_reason=finish_reason, failures=failures,
+                                     policy=policy)
         if session:
             self._record(session, {"kind": "tool_call_validated", "id": call.id, "name": call.name,
                                    "status": verdict.status.value, "runnable": verdict.runnable,
@@ -70,8 +73,12 @@ class Guards:
             snapshot = self.sessions.payload(session, snapshot_handle)
         if not edits:
             raise InvalidInput("edits must not be empty", field="edits")
-        if path and not safe_path(path):
-            raise InvalidInput("path must be relative and stay inside the workspace", field="path")
+        if path:
+            root = self.sessions.live(session).engine.policy.path_root if session else ""
+            why = path_problem(path, root=root)
+            if why:
+                raise InvalidInput(f"path {why}; it must stay inside {root or 'the workspace'}",
+                                   field="path")
         plan = plan_edits(strip_line_numbers(snapshot), edits)
         if session and path:
             live = self.sessions.live(session)

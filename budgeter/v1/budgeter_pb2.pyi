@@ -126,7 +126,7 @@ class FileTools(_message.Message):
     def __init__(self, reads: _Optional[_Iterable[str]] = ..., writes: _Optional[_Iterable[str]] = ..., edits: _Optional[_Iterable[str]] = ..., by_shape: _Optional[bool] = ...) -> None: ...
 
 class Policy(_message.Message):
-    __slots__ = ("window", "reserve", "low_water", "protect_tail_turns", "keep_latest_failure", "shrink_min_chars", "shrink_keep_chars", "file_tools")
+    __slots__ = ("window", "reserve", "low_water", "protect_tail_turns", "keep_latest_failure", "shrink_min_chars", "shrink_keep_chars", "file_tools", "path_root")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
     LOW_WATER_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class Policy(_message.Message):
     SHRINK_MIN_CHARS_FIELD_NUMBER: _ClassVar[int]
     SHRINK_KEEP_CHARS_FIELD_NUMBER: _ClassVar[int]
     FILE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PATH_ROOT_FIELD_NUMBER: _ClassVar[int]
     window: int
     reserve: int
     low_water: float
@@ -143,7 +144,8 @@ class Policy(_message.Message):
     shrink_min_chars: int
     shrink_keep_chars: int
     file_tools: FileTools
-    def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ..., keep_latest_failure: _Optional[bool] = ..., shrink_min_chars: _Optional[int] = ..., shrink_keep_chars: _Optional[int] = ..., file_tools: _Optional[_Union[FileTools, _Mapping]] = ...) -> None: ...
+    path_root: str
+    def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ..., keep_latest_failure: _Optional[bool] = ..., shrink_min_chars: _Optional[int] = ..., shrink_keep_chars: _Optional[int] = ..., file_tools: _Optional[_Union[FileTools, _Mapping]] = ..., path_root: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ("name", "tokenizer", "policy", "tools_json", "message_count", "etag", "create_time", "expire_time", "ttl")

@@ -184,7 +184,8 @@ class BudgeterServiceServicer:
 
     def ValidateToolCall(self, request, context):
         """Checks a tool call before it runs: arguments, the tool's JSON Schema, copied elision markers,
-        and (with a session) repeats of a call that already failed; records the verdict in the session.
+        path arguments leaving the workspace (or the session policy's path_root), and (with a
+        session) repeats of a call that already failed; records the verdict in the session.
         Errors: INVALID_ARGUMENT (INVALID_INPUT), NOT_FOUND (SESSION_NOT_FOUND).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -166,3 +166,47 @@ def test_plan_edits_and_suggest_path_have_the_cli_shape(client, tmp_path):
     page.write_text("<!DOCTYPE html><html><title>About us</title></html>")
     cli = subprocess.run([sys.executable, "-m", "budgeter", "suggest-path", str(page)], capture_output=True, text=True)
     assert json.loads(cli.stdout) == client.suggest_path(page.read_text())
+
+
+ESCAPES = ["../../etc/passwd", "/etc/passwd", "a/../../b", "~/.ssh/authorized_keys", "a\0b", "C:\\x", "\\\\srv\\x"]
+
+
+def test_validate_refuses_paths_that_leave_the_workspace(client):
+    for path in ESCAPES:
+        v = client.validate_tool_call(tc("p", {"path": path, "content": "x"}), tools=TOOLS)
+        assert not v["runnable"], path
+        assert [(p["code"], p["field"]) for p in v["problems"]] == [("UNSAFE_PATH", "path")], path
+    assert client.validate_tool_call(tc("q", {"path": "src/../a.py", "content": "x"}), tools=TOOLS)["runnable"]
+
+
+def test_a_session_root_lets_absolute_paths_inside_it_through(client, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    s = client.create_session(tools=TOOLS, path_root="/srv/ws")
+    assert client.get_session(s.id)["policy"]["path_root"] == "/srv/ws"
+    inside = tc("i", {"path": "/srv/ws/app/main.py", "content": "x"})
+    assert s.validate_tool_call(inside)["runnable"]
+    outside = s.validate_tool_call(tc("o", {"path": "/srv/wsx/main.py", "content": "x"}))
+    assert [p["code"] for p in outside["problems"]] == ["UNSAFE_PATH"]
+    assert "outside the root /srv/ws" in outside["problems"][0]["message"]
+    appended = s.append([{"role": "user", "content": "go"}, {"role": "assistant", "content": "",
+                                                            "tool_calls": [inside]}])
+    appended = appended["messages"][1]["tool_calls"][0]
+    assert appended["runnable"]  # the same verdict on append
+    plan = s.plan_edits([{"start_line": 1, "end_line": 1, "body": "y\n"}], snapshot="x\n", path="/srv/ws/a.py")
+    assert plan["ok"]
+    with pytest.raises(ClientError) as e:
+        s.plan_edits([{"start_line": 1, "end_line": 1, "body": "y\n"}], snapshot="x\n", path="/etc/passwd")
+    assert (e.value.code, e.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_INPUT")
+    with pytest.raises(ClientError) as e:
+        client.create_session(tools=TOOLS, path_root="relative/ws")
+    assert (e.value.code, e.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_INPUT")
+    body = tmp_path / "call.json"
+    body.write_text(json.dumps({"tool_call": inside, "tools": TOOLS, "policy": {"path_root": "/srv/ws"}}))
+    cli = subprocess.run([sys.executable, "-m", "budgeter", "validate", str(body)], capture_output=True, text=True)
+    assert cli.returncode == 0 and json.loads(cli.stdout)["runnable"], cli.stderr
+    body.write_text(json.dumps({"tool_call": inside, "tools": TOOLS}))
+    cli = subprocess.run([sys.executable, "-m", "budgeter", "validate", str(body)], capture_output=True, text=True)
+    assert cli.returncode == 1 and json.loads(cli.stdout)["problems"][0]["code"] == "UNSAFE_PATH"
