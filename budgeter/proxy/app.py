@@ -29,10 +29,17 @@ from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.proxy import recall
-from budgeter.proxy.errors import STALE_CONNECTION, UPSTREAM_ERRORS, UpstreamError, error_response, upstream_error
+from budgeter.proxy.errors import (
+    STALE_CONNECTION,
+    UPSTREAM_ERRORS,
+    UpstreamError,
+    error_response,
+    upstream_error,
+    upstream_invalid,
+)
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
-from budgeter.proxy.stream import Reply, Tee, parse_data
+from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.service.sessions import Sessions
 from budgeter.service.workers import LastIdlePool, start_all
@@ -152,9 +159,9 @@ class Proxy:
             if upstream.status >= 400:
                 return passthrough(upstream, content, call.headers)
             try:
-                reply = Reply.of_body(loads(content))
-            except ValueError:
-                return passthrough(upstream, content, call.headers)
+                reply = completion(content)
+            except NotACompletion as exc:  # nothing of it is stored as the reply
+                raise upstream_invalid(self.url, str(exc)) from exc
             self._check_exact(call, reply)
             if not (self.extra_tools and recall.recall_only(reply)) or rounds == recall.MAX_ROUNDS:
                 break
@@ -173,18 +180,28 @@ class Proxy:
             call.upstream += time.perf_counter() - started
 
     async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
+        """The status goes out with the first piece, once the upstream's first event was read as a
+        chunk: a 2xx that is not a stream of chunks is a 502, never relayed."""
         upstream = await self._send(call, forward)
-        kind = upstream.headers.get("content-type", "")
-        if upstream.status >= 400 or "text/event-stream" not in kind:
+        if upstream.status >= 400:
             return passthrough(upstream, await self._read(call, upstream), call.headers)
+        kind = upstream.headers.get("content-type", "")
+        if "text/event-stream" not in kind:
+            upstream.close()
+            raise upstream_invalid(self.url, f"{kind or 'no content-type'} to a request for a stream")
+        replies: list[Reply] = []
+        relay = self._relay(call, upstream, forward, replies)
+        first = await anext(relay, None)
+        if not replies[0].chunks:
+            await relay.aclose()
+            raise upstream_invalid(self.url, "server-sent events without a chat completion chunk")
         headers = {**response_headers(upstream), **call.headers}
-        return StreamingResponse(self._relay(call, upstream, forward), upstream.status, headers=headers)
+        return StreamingResponse(resumed(first, relay), upstream.status, headers=headers)
 
-    async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str]
-                     ) -> AsyncGenerator[bytes, None]:
+    async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str],
+                     replies: list[Reply]) -> AsyncGenerator[bytes, None]:
         """Each piece goes out as it comes, but the last is held until the reply is in the session:
         the client's next request can never overtake the append."""
-        replies: list[Reply] = []
         last: bytes | None = None
         try:
             async for piece in self._pieces(call, upstream, forward, replies):
@@ -343,6 +360,17 @@ async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
     return body
+
+
+async def resumed(first: bytes | None, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """``first`` (already taken from ``rest``), then the rest."""
+    try:
+        if first is not None:
+            yield first
+        async for piece in rest:
+            yield piece
+    finally:
+        await rest.aclose()
 
 
 def forward_headers(http: HTTPRequest) -> dict[str, str]:

@@ -2,7 +2,9 @@
 
 ``{"error": {"message", "type", "param", "code"}}``: ``code`` is budgeter's stable ``reason``
 (``PINNED_OVER_BUDGET``, ``INVALID_MESSAGE``, ...) so a client can branch on it. Errors of the
-upstream are not ours: their status and body are passed through unchanged.
+upstream are not ours: their status and body are passed through unchanged. What the upstream does
+wrong otherwise is an ``UpstreamError`` naming it: unreachable 502, silent 504, a 2xx that is no
+chat completion 502 ``UPSTREAM_INVALID``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
 
 
 class UpstreamError(e.BudgeterError):
-    """The upstream could not be reached or stayed silent past its timeout."""
+    """The upstream could not be reached, stayed silent past its timeout, or answered with what is
+    no chat completion."""
 
     reason = "UPSTREAM_UNREACHABLE"
 
@@ -70,3 +73,10 @@ def upstream_error(exc: BaseException, url: str) -> UpstreamError:
                              reason="UPSTREAM_TIMEOUT", status=504)
     return UpstreamError(f"the upstream {url} is unreachable: {type(exc).__name__}: {exc}",
                          reason="UPSTREAM_UNREACHABLE", status=502)
+
+
+def upstream_invalid(url: str, what: str) -> UpstreamError:
+    """A 2xx of the upstream that is no chat completion: the client gets a 502 naming the upstream,
+    never the body as if it were a reply."""
+    return UpstreamError(f"the upstream {url} answered with {what} instead of a chat completion",
+                         reason="UPSTREAM_INVALID", status=502)

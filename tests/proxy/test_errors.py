@@ -205,3 +205,32 @@ def test_a_lone_surrogate_in_content_is_replaced_not_a_500(proxy):
     r = httpx.post(proxy.base_url + "/budgeter/fit", content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert [m["content"] for m in r.json()["body"]["messages"]] == ["half \ufffd of a pair", "\ufffd"]
+
+
+NOT_COMPLETIONS = [
+    (False, b"<html><body>502 Bad Gateway</body></html>", "text/html"),
+    (False, b"[]", "application/json"),
+    (False, b'{"object": "list", "data": []}', "application/json"),
+    (False, b'{"choices": [{"index": 0, "finish_reason": "stop"}]}', "application/json"),
+    (False, b"upstream says hello", "text/plain"),
+    (True, b"<html><body>maintenance</body></html>", "text/html"),
+    (True, b'{"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}',
+     "application/json"),
+    (True, b"<html><body>maintenance</body></html>", "text/event-stream"),
+    (True, b"data: [DONE]\n\n", "text/event-stream"),
+]
+
+
+@pytest.mark.parametrize("stream,raw,media_type", NOT_COMPLETIONS)
+def test_an_upstream_200_that_is_no_chat_completion_is_a_502_and_stores_nothing(proxy, stream, raw, media_type):
+    proxy.upstream.script(Script(raw=raw, media_type=media_type))
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": stream}
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"X-Budgeter-Session": "s1"})
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_INVALID" and error["type"] == "upstream_error"
+    assert proxy.upstream.base_url in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]  # nothing stored as the reply
+    proxy.upstream.script(Script(content="whole"))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"X-Budgeter-Session": "s1"})
+    assert r.status_code == 200 and proxy.history("s1")[-1].content == "whole"
