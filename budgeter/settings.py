@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     """Seconds the upstream may stay silent (before its first byte, or between chunks)."""
     session_ttl: float = Field(7 * 86_400.0, gt=0)
     """Seconds a proxy session lives after its last append."""
+    max_reply_bytes: int = Field(64 << 20, ge=1 << 16)
+    """Bytes the proxy reads of one upstream reply (a body, or a stream's events as they pass);
+    more is a 502 ``UPSTREAM_TOO_LARGE``. A reply whose message is over ``max_message_bytes``
+    cannot be stored and is refused the same way."""
 
     @field_validator("tokenizers", "auth_tokens", mode="before")
     @classmethod

@@ -27,15 +27,17 @@ from starlette.routing import Route
 
 from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
-from budgeter.errors import InvalidInput, StoreUnavailable
+from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import (
     STALE_CONNECTION,
     UPSTREAM_ERRORS,
     UpstreamError,
     error_response,
+    event,
     upstream_error,
     upstream_invalid,
+    upstream_too_large,
 )
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
@@ -170,14 +172,25 @@ class Proxy:
         return passthrough(upstream, content, call.headers)
 
     async def _read(self, call: Call, upstream: aiohttp.ClientResponse) -> bytes:
+        """The whole body, read no further than ``max_reply_bytes``."""
         started = time.perf_counter()
+        limit = self.settings.max_reply_bytes
         try:
-            return await upstream.read()
+            if (upstream.content_length or 0) > limit:
+                raise self._too_large(f"a reply of {upstream.content_length} bytes")
+            return b"".join([chunk async for chunk in capped(upstream.content.iter_any(), limit,
+                                                              self._too_large("a longer reply"))])
         except UPSTREAM_ERRORS as exc:
             raise upstream_error(exc, self.url) from exc
+        except UpstreamError:
+            upstream.close()  # the rest is never read
+            raise
         finally:
             upstream.release()
             call.upstream += time.perf_counter() - started
+
+    def _too_large(self, what: str) -> UpstreamError:
+        return upstream_too_large(self.url, what, limit=self.settings.max_reply_bytes, setting="max_reply_bytes")
 
     async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
         """The status goes out with the first piece, once the upstream's first event was read as a
@@ -208,10 +221,14 @@ class Proxy:
                 if last is not None:
                     yield last
                 last = piece
+            await self._finish(call, replies[-1])
         except UPSTREAM_ERRORS as exc:  # headers are out: the stream ends here, nothing is stored
             log.warning("upstream stream broke: %s", type(exc).__name__)
-        else:
-            await self._finish(call, replies[-1])
+        except UpstreamError as exc:  # over a limit: the client is told in the stream, nothing is stored
+            log.warning("upstream stream refused: %s", exc.reason)
+            if last is not None:
+                yield last
+            last = event(exc)
         if last is not None:
             yield last
 
@@ -245,7 +262,9 @@ class Proxy:
     async def _tee(self, call: Call, upstream: aiohttp.ClientResponse, reply: Reply) -> AsyncIterator[bytes]:
         started = time.perf_counter()
         try:
-            async for piece in Tee(upstream.content.iter_any(), lambda event: reply.add_chunk(parse_data(event))):
+            chunks = capped(upstream.content.iter_any(), self.settings.max_reply_bytes,
+                            self._too_large("a longer stream"))
+            async for piece in Tee(chunks, lambda event: reply.add_chunk(parse_data(event))):
                 yield piece
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short
@@ -299,8 +318,14 @@ class Proxy:
 
     async def _finish(self, call: Call, reply: Reply) -> None:
         """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
+        limit = self.settings.max_message_bytes
         if reply.finish_reason is not None:
-            await self._blocking(self.turns.append_reply, call.turn, reply.message())
+            try:
+                await self._blocking(self.turns.append_reply, call.turn, reply.message())
+            except LimitExceeded as exc:  # the upstream's reply, not the client's request
+                size = exc.metadata.get("size", "more")
+                raise upstream_too_large(self.url, f"a message of {size} bytes", limit=limit,
+                                         setting="max_message_bytes") from exc
         self.metrics.overhead_seconds.observe(time.perf_counter() - call.started - call.upstream)
 
     async def models(self, http: HTTPRequest) -> Response:
@@ -360,6 +385,16 @@ async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
     return body
+
+
+async def capped(chunks: AsyncIterator[bytes], limit: int, error: Exception) -> AsyncIterator[bytes]:
+    """``chunks`` until more than ``limit`` bytes came: then ``error`` (the rest is not read)."""
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise error
+        yield chunk
 
 
 async def resumed(first: bytes | None, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:

@@ -4,7 +4,7 @@
 (``PINNED_OVER_BUDGET``, ``INVALID_MESSAGE``, ...) so a client can branch on it. Errors of the
 upstream are not ours: their status and body are passed through unchanged. What the upstream does
 wrong otherwise is an ``UpstreamError`` naming it: unreachable 502, silent 504, a 2xx that is no
-chat completion 502 ``UPSTREAM_INVALID``.
+chat completion 502 ``UPSTREAM_INVALID``, a reply over a limit 502 ``UPSTREAM_TOO_LARGE``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import aiohttp
 from starlette.responses import JSONResponse
 
 from budgeter import errors as e
+from budgeter.core.jsonargs import dumps_bytes
 
 log = logging.getLogger("budgeter.proxy")
 
@@ -30,7 +31,7 @@ TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
 
 class UpstreamError(e.BudgeterError):
     """The upstream could not be reached, stayed silent past its timeout, or answered with what is
-    no chat completion."""
+    no chat completion or is over a limit."""
 
     reason = "UPSTREAM_UNREACHABLE"
 
@@ -80,3 +81,15 @@ def upstream_invalid(url: str, what: str) -> UpstreamError:
     never the body as if it were a reply."""
     return UpstreamError(f"the upstream {url} answered with {what} instead of a chat completion",
                          reason="UPSTREAM_INVALID", status=502)
+
+
+def upstream_too_large(url: str, what: str, *, limit: int, setting: str) -> UpstreamError:
+    """A reply over ``max_reply_bytes``, or whose message is over what one stored message may be."""
+    return UpstreamError(f"the upstream {url} sent {what}, over the limit of {limit} bytes ({setting})",
+                         reason="UPSTREAM_TOO_LARGE", status=502)
+
+
+def event(exc: UpstreamError) -> bytes:
+    """The error as a server-sent event, for a stream whose status is already out (OpenAI's SDKs
+    raise on an event whose data holds ``error``)."""
+    return b"data: " + dumps_bytes(body(exc.message, type_="upstream_error", code=exc.reason)) + b"\n\n"

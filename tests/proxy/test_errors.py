@@ -234,3 +234,47 @@ def test_an_upstream_200_that_is_no_chat_completion_is_a_502_and_stores_nothing(
     proxy.upstream.script(Script(content="whole"))
     r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"X-Budgeter-Session": "s1"})
     assert r.status_code == 200 and proxy.history("s1")[-1].content == "whole"
+
+
+def test_a_reply_over_max_reply_bytes_is_a_502_naming_the_upstream_and_one_within_passes(make_proxy, upstream):
+    proxy = make_proxy(max_reply_bytes=64 << 10)
+    body = {"model": "m", "messages": [SYSTEM, USER]}
+    headers = {"X-Budgeter-Session": "s1"}
+    upstream.script(Script(content="x" * (100 << 10)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers=headers)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_TOO_LARGE" and error["type"] == "upstream_error"
+    assert upstream.base_url in error["message"] and "max_reply_bytes" in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+    upstream.script(Script(content="y" * (40 << 10)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers=headers)
+    assert r.status_code == 200 and proxy.history("s1")[-1].content == "y" * (40 << 10)
+
+
+def test_a_stream_over_max_reply_bytes_ends_with_an_error_event_and_stores_nothing(make_proxy, upstream):
+    proxy = make_proxy(max_reply_bytes=64 << 10)
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": True}
+    upstream.script(Script(content="x" * 6000))  # ~860 chunks of ~150 bytes each
+    with pytest.raises(openai.APIError) as err:
+        for _ in proxy.client.chat.completions.create(**body, extra_headers={"X-Budgeter-Session": "s1"}):
+            pass
+    assert "UPSTREAM_TOO_LARGE" in str(err.value.body) and "max_reply_bytes" in err.value.message
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+    upstream.script(Script(content="short"))
+    got = "".join(c.choices[0].delta.content or "" for c in proxy.client.chat.completions.create(
+        **body, extra_headers={"X-Budgeter-Session": "s1"}) if c.choices)
+    assert got == "short" and proxy.history("s1")[-1].content == "short"
+
+
+def test_a_reply_too_large_to_store_is_a_502_naming_the_upstream_not_a_400(proxy, upstream):
+    """Over the default max_message_bytes (4 MiB), the store's limit for one message: it was a 400
+    MESSAGE_TOO_LARGE naming messages[0], as if the client had sent it."""
+    upstream.script(Script(content="x" * (5 << 20)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]},
+                   headers={"X-Budgeter-Session": "s1"}, timeout=60)
+    assert r.status_code == 502, r.text[:300]
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_TOO_LARGE" and "max_message_bytes" in error["message"]
+    assert upstream.base_url in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
