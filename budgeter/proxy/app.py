@@ -32,6 +32,7 @@ from budgeter.proxy import recall
 from budgeter.proxy.errors import (
     STALE_CONNECTION,
     UPSTREAM_ERRORS,
+    RequestTooLarge,
     UpstreamError,
     error_response,
     event,
@@ -373,11 +374,24 @@ class Proxy:
         self.pool.shutdown(wait=False)  # its idle threads end
 
 
+async def read_body(http: HTTPRequest, limit: int) -> bytes:
+    """The body, refused on its Content-Length before any of it is read, else read no further
+    than ``limit`` (a chunked body is counted as it comes)."""
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"the request body is {declared} bytes; the limit is {limit}",
+                              metadata={"limit": limit})
+    parts, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
-    raw = await http.body()
-    if len(raw) > limit:
-        raise InvalidInput(f"the request body is {len(raw)} bytes; the limit is {limit}",
-                           reason="REQUEST_TOO_LARGE", metadata={"limit": limit})
+    raw = await read_body(http, limit)
     try:
         body = loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -21,7 +21,15 @@ from budgeter.core.jsonargs import dumps_bytes
 
 log = logging.getLogger("budgeter.proxy")
 
+class RequestTooLarge(e.LimitExceeded):
+    """A request body over ``max_request_bytes``: refused on its Content-Length, or once as many
+    bytes came; the rest is never read (so the connection is closed after the answer)."""
+
+    reason = "REQUEST_TOO_LARGE"
+
+
 TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
+    (RequestTooLarge, 413, "invalid_request_error"),
     (e.StoreUnavailable, 503, "server_error"),
     (e.QuotaExceeded, 429, "rate_limit_error"),
     (e.EtagMismatch, 409, "conflict_error"),
@@ -51,7 +59,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     if isinstance(exc, e.BudgeterError):
         status, type_ = next((s, t) for cls, s, t in TABLE if isinstance(exc, cls))
         field = getattr(exc, "field", "") or None
-        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status)
+        headers = {"connection": "close"} if isinstance(exc, RequestTooLarge) else None  # body left unread
+        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status, headers=headers)
     from budgeter.service.errors import log_internal
 
     log_internal(exc)  # type and stack only: never message bodies

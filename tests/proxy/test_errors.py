@@ -278,3 +278,34 @@ def test_a_reply_too_large_to_store_is_a_502_naming_the_upstream_not_a_400(proxy
     assert error["code"] == "UPSTREAM_TOO_LARGE" and "max_message_bytes" in error["message"]
     assert upstream.base_url in error["message"]
     assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+
+
+class Body:
+    """A request body of ``chunks`` pieces of 64 KiB, counting how many the client got to send."""
+
+    def __init__(self, chunks: int) -> None:
+        self.chunks, self.sent = chunks, 0
+
+    def __iter__(self):
+        for _ in range(self.chunks):
+            self.sent += 1
+            yield b" " * (64 << 10)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_body_over_max_request_bytes_is_a_413_before_the_rest_is_read(make_proxy, declared):
+    """64 MiB offered against a limit of 128 KiB: the 413 comes while the client still has most of
+    it to send (what the kernel's buffers take in meanwhile is far less than 64 MiB)."""
+    proxy = make_proxy(max_request_bytes=128 << 10)
+    body = Body(1024)
+    headers = {"content-type": "application/json"}
+    if declared:
+        headers["content-length"] = str(1024 * (64 << 10))
+    r = httpx.post(proxy.base_url + "/chat/completions", content=iter(body), headers=headers, timeout=60)
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["code"] == "REQUEST_TOO_LARGE" and error["type"] == "invalid_request_error"
+    assert str(128 << 10) in error["message"]
+    assert body.sent < body.chunks  # the server stopped reading; the client never got to the end
+    ok = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]})
+    assert ok.status_code == 200  # within the limit: served
