@@ -319,14 +319,13 @@ class Proxy:
 
     async def _finish(self, call: Call, reply: Reply) -> None:
         """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
-        limit = self.settings.max_message_bytes
         if reply.finish_reason is not None:
             try:
                 await self._blocking(self.turns.append_reply, call.turn, reply.message())
             except LimitExceeded as exc:  # the upstream's reply, not the client's request
                 size = exc.metadata.get("size", "more")
-                raise upstream_too_large(self.url, f"a message of {size} bytes", limit=limit,
-                                         setting="max_message_bytes") from exc
+                raise upstream_too_large(self.url, f"a message of {size} bytes", setting="max_message_bytes",
+                                         limit=self.settings.max_message_bytes) from exc
         self.metrics.overhead_seconds.observe(time.perf_counter() - call.started - call.upstream)
 
     async def models(self, http: HTTPRequest) -> Response:

@@ -21,6 +21,7 @@ from budgeter.core.jsonargs import dumps_bytes
 
 log = logging.getLogger("budgeter.proxy")
 
+
 class RequestTooLarge(e.LimitExceeded):
     """A request body over ``max_request_bytes``: refused on its Content-Length, or once as many
     bytes came; the rest is never read (so the connection is closed after the answer)."""
