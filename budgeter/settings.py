@@ -104,6 +104,15 @@ class Settings(BaseSettings):
     """Seconds the upstream may stay silent (before its first byte, or between chunks)."""
     session_ttl: float = Field(7 * 86_400.0, gt=0)
     """Seconds a proxy session lives after its last append."""
+    header_timeout: float = Field(30.0, gt=0)
+    """Seconds a client of the proxy has to send a request's line and headers, counted from the
+    connection or from the first byte of a next request on it; then the connection is closed.
+    uvicorn's ``timeout_keep_alive`` covers only the silence between requests: without this, a
+    client sending its headers a byte at a time (slowloris) holds a connection for ever."""
+    max_reply_bytes: int = Field(64 << 20, ge=1 << 16)
+    """Bytes the proxy reads of one upstream reply (a body, or a stream's events as they pass);
+    more is a 502 ``UPSTREAM_TOO_LARGE``. A reply whose message is over ``max_message_bytes``
+    cannot be stored and is refused the same way."""
 
     @field_validator("tokenizers", "auth_tokens", mode="before")
     @classmethod

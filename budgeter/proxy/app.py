@@ -27,12 +27,22 @@ from starlette.routing import Route
 
 from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
-from budgeter.errors import InvalidInput, StoreUnavailable
+from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
 from budgeter.proxy import recall
-from budgeter.proxy.errors import STALE_CONNECTION, UPSTREAM_ERRORS, UpstreamError, error_response, upstream_error
+from budgeter.proxy.errors import (
+    STALE_CONNECTION,
+    UPSTREAM_ERRORS,
+    RequestTooLarge,
+    UpstreamError,
+    error_response,
+    event,
+    upstream_error,
+    upstream_invalid,
+    upstream_too_large,
+)
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
-from budgeter.proxy.stream import Reply, Tee, parse_data
+from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.service.sessions import Sessions
 from budgeter.service.workers import LastIdlePool, start_all
@@ -152,9 +162,9 @@ class Proxy:
             if upstream.status >= 400:
                 return passthrough(upstream, content, call.headers)
             try:
-                reply = Reply.of_body(loads(content))
-            except ValueError:
-                return passthrough(upstream, content, call.headers)
+                reply = completion(content)
+            except NotACompletion as exc:  # nothing of it is stored as the reply
+                raise upstream_invalid(self.url, str(exc)) from exc
             self._check_exact(call, reply)
             if not (self.extra_tools and recall.recall_only(reply)) or rounds == recall.MAX_ROUNDS:
                 break
@@ -163,38 +173,63 @@ class Proxy:
         return passthrough(upstream, content, call.headers)
 
     async def _read(self, call: Call, upstream: aiohttp.ClientResponse) -> bytes:
+        """The whole body, read no further than ``max_reply_bytes``."""
         started = time.perf_counter()
+        limit = self.settings.max_reply_bytes
         try:
-            return await upstream.read()
+            if (upstream.content_length or 0) > limit:
+                raise self._too_large(f"a reply of {upstream.content_length} bytes")
+            return b"".join([chunk async for chunk in capped(upstream.content.iter_any(), limit,
+                                                              self._too_large("a longer reply"))])
         except UPSTREAM_ERRORS as exc:
             raise upstream_error(exc, self.url) from exc
+        except UpstreamError:
+            upstream.close()  # the rest is never read
+            raise
         finally:
             upstream.release()
             call.upstream += time.perf_counter() - started
 
-    async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
-        upstream = await self._send(call, forward)
-        kind = upstream.headers.get("content-type", "")
-        if upstream.status >= 400 or "text/event-stream" not in kind:
-            return passthrough(upstream, await self._read(call, upstream), call.headers)
-        headers = {**response_headers(upstream), **call.headers}
-        return StreamingResponse(self._relay(call, upstream, forward), upstream.status, headers=headers)
+    def _too_large(self, what: str) -> UpstreamError:
+        return upstream_too_large(self.url, what, limit=self.settings.max_reply_bytes, setting="max_reply_bytes")
 
-    async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str]
-                     ) -> AsyncGenerator[bytes, None]:
+    async def _stream(self, call: Call, forward: dict[str, str]) -> Response:
+        """The status goes out with the first piece, once the upstream's first event was read as a
+        chunk: a 2xx that is not a stream of chunks is a 502, never relayed."""
+        upstream = await self._send(call, forward)
+        if upstream.status >= 400:
+            return passthrough(upstream, await self._read(call, upstream), call.headers)
+        kind = upstream.headers.get("content-type", "")
+        if "text/event-stream" not in kind:
+            upstream.close()
+            raise upstream_invalid(self.url, f"{kind or 'no content-type'} to a request for a stream")
+        replies: list[Reply] = []
+        relay = self._relay(call, upstream, forward, replies)
+        first = await anext(relay, None)
+        if not replies[0].chunks:
+            await relay.aclose()
+            raise upstream_invalid(self.url, "server-sent events without a chat completion chunk")
+        headers = {**response_headers(upstream), **call.headers}
+        return StreamingResponse(resumed(first, relay), upstream.status, headers=headers)
+
+    async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str],
+                     replies: list[Reply]) -> AsyncGenerator[bytes, None]:
         """Each piece goes out as it comes, but the last is held until the reply is in the session:
         the client's next request can never overtake the append."""
-        replies: list[Reply] = []
         last: bytes | None = None
         try:
             async for piece in self._pieces(call, upstream, forward, replies):
                 if last is not None:
                     yield last
                 last = piece
+            await self._finish(call, replies[-1])
         except UPSTREAM_ERRORS as exc:  # headers are out: the stream ends here, nothing is stored
             log.warning("upstream stream broke: %s", type(exc).__name__)
-        else:
-            await self._finish(call, replies[-1])
+        except UpstreamError as exc:  # over a limit: the client is told in the stream, nothing is stored
+            log.warning("upstream stream refused: %s", exc.reason)
+            if last is not None:
+                yield last
+            last = event(exc)
         if last is not None:
             yield last
 
@@ -228,7 +263,9 @@ class Proxy:
     async def _tee(self, call: Call, upstream: aiohttp.ClientResponse, reply: Reply) -> AsyncIterator[bytes]:
         started = time.perf_counter()
         try:
-            async for piece in Tee(upstream.content.iter_any(), lambda event: reply.add_chunk(parse_data(event))):
+            chunks = capped(upstream.content.iter_any(), self.settings.max_reply_bytes,
+                            self._too_large("a longer stream"))
+            async for piece in Tee(chunks, lambda event: reply.add_chunk(parse_data(event))):
                 yield piece
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short
@@ -283,7 +320,12 @@ class Proxy:
     async def _finish(self, call: Call, reply: Reply) -> None:
         """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
         if reply.finish_reason is not None:
-            await self._blocking(self.turns.append_reply, call.turn, reply.message())
+            try:
+                await self._blocking(self.turns.append_reply, call.turn, reply.message())
+            except LimitExceeded as exc:  # the upstream's reply, not the client's request
+                size = exc.metadata.get("size", "more")
+                raise upstream_too_large(self.url, f"a message of {size} bytes", setting="max_message_bytes",
+                                         limit=self.settings.max_message_bytes) from exc
         self.metrics.overhead_seconds.observe(time.perf_counter() - call.started - call.upstream)
 
     async def models(self, http: HTTPRequest) -> Response:
@@ -331,11 +373,24 @@ class Proxy:
         self.pool.shutdown(wait=False)  # its idle threads end
 
 
+async def read_body(http: HTTPRequest, limit: int) -> bytes:
+    """The body, refused on its Content-Length before any of it is read, else read no further
+    than ``limit`` (a chunked body is counted as it comes)."""
+    declared = http.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"the request body is {declared} bytes; the limit is {limit}",
+                              metadata={"limit": limit})
+    parts, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
-    raw = await http.body()
-    if len(raw) > limit:
-        raise InvalidInput(f"the request body is {len(raw)} bytes; the limit is {limit}",
-                           reason="REQUEST_TOO_LARGE", metadata={"limit": limit})
+    raw = await read_body(http, limit)
     try:
         body = loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -343,6 +398,27 @@ async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
     return body
+
+
+async def capped(chunks: AsyncIterator[bytes], limit: int, error: Exception) -> AsyncIterator[bytes]:
+    """``chunks`` until more than ``limit`` bytes came: then ``error`` (the rest is not read)."""
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise error
+        yield chunk
+
+
+async def resumed(first: bytes | None, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """``first`` (already taken from ``rest``), then the rest."""
+    try:
+        if first is not None:
+            yield first
+        async for piece in rest:
+            yield piece
+    finally:
+        await rest.aclose()
 
 
 def forward_headers(http: HTTPRequest) -> dict[str, str]:

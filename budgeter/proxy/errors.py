@@ -2,7 +2,9 @@
 
 ``{"error": {"message", "type", "param", "code"}}``: ``code`` is budgeter's stable ``reason``
 (``PINNED_OVER_BUDGET``, ``INVALID_MESSAGE``, ...) so a client can branch on it. Errors of the
-upstream are not ours: their status and body are passed through unchanged.
+upstream are not ours: their status and body are passed through unchanged. What the upstream does
+wrong otherwise is an ``UpstreamError`` naming it: unreachable 502, silent 504, a 2xx that is no
+chat completion 502 ``UPSTREAM_INVALID``, a reply over a limit 502 ``UPSTREAM_TOO_LARGE``.
 """
 
 from __future__ import annotations
@@ -15,10 +17,20 @@ import aiohttp
 from starlette.responses import JSONResponse
 
 from budgeter import errors as e
+from budgeter.core.jsonargs import dumps_bytes
 
 log = logging.getLogger("budgeter.proxy")
 
+
+class RequestTooLarge(e.LimitExceeded):
+    """A request body over ``max_request_bytes``: refused on its Content-Length, or once as many
+    bytes came; the rest is never read (so the connection is closed after the answer)."""
+
+    reason = "REQUEST_TOO_LARGE"
+
+
 TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
+    (RequestTooLarge, 413, "invalid_request_error"),
     (e.StoreUnavailable, 503, "server_error"),
     (e.QuotaExceeded, 429, "rate_limit_error"),
     (e.EtagMismatch, 409, "conflict_error"),
@@ -27,7 +39,8 @@ TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
 
 
 class UpstreamError(e.BudgeterError):
-    """The upstream could not be reached or stayed silent past its timeout."""
+    """The upstream could not be reached, stayed silent past its timeout, or answered with what is
+    no chat completion or is over a limit."""
 
     reason = "UPSTREAM_UNREACHABLE"
 
@@ -47,7 +60,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     if isinstance(exc, e.BudgeterError):
         status, type_ = next((s, t) for cls, s, t in TABLE if isinstance(exc, cls))
         field = getattr(exc, "field", "") or None
-        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status)
+        headers = {"connection": "close"} if isinstance(exc, RequestTooLarge) else None  # body left unread
+        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status, headers=headers)
     from budgeter.service.errors import log_internal
 
     log_internal(exc)  # type and stack only: never message bodies
@@ -70,3 +84,22 @@ def upstream_error(exc: BaseException, url: str) -> UpstreamError:
                              reason="UPSTREAM_TIMEOUT", status=504)
     return UpstreamError(f"the upstream {url} is unreachable: {type(exc).__name__}: {exc}",
                          reason="UPSTREAM_UNREACHABLE", status=502)
+
+
+def upstream_invalid(url: str, what: str) -> UpstreamError:
+    """A 2xx of the upstream that is no chat completion: the client gets a 502 naming the upstream,
+    never the body as if it were a reply."""
+    return UpstreamError(f"the upstream {url} answered with {what} instead of a chat completion",
+                         reason="UPSTREAM_INVALID", status=502)
+
+
+def upstream_too_large(url: str, what: str, *, limit: int, setting: str) -> UpstreamError:
+    """A reply over ``max_reply_bytes``, or whose message is over what one stored message may be."""
+    return UpstreamError(f"the upstream {url} sent {what}, over the limit of {limit} bytes ({setting})",
+                         reason="UPSTREAM_TOO_LARGE", status=502)
+
+
+def event(exc: UpstreamError) -> bytes:
+    """The error as a server-sent event, for a stream whose status is already out (OpenAI's SDKs
+    raise on an event whose data holds ``error``)."""
+    return b"data: " + dumps_bytes(body(exc.message, type_="upstream_error", code=exc.reason)) + b"\n\n"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -54,13 +56,62 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class _HeadDeadline(asyncio.Protocol):
+    """Closes a connection whose request head (request line and headers) is not in within
+    ``head_timeout`` seconds: from the connection, or from the first byte of a next request on a
+    kept-alive one. Mixed into uvicorn's own HTTP protocol (``head_deadline``), whichever it is:
+    both make a new ``cycle`` when a head is complete, and nothing else here depends on them."""
+
+    head_timeout: float
+    cycle: Any
+    transport: asyncio.Transport
+    _deadline: asyncio.TimerHandle | None = None
+    _cycle_before: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # the first bytes of the next request
+        super().data_received(data)
+        if self._deadline is not None and self.cycle is not self._cycle_before:
+            self._disarm()  # its head is in: a cycle was made for it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._cycle_before = self.cycle
+        self._deadline = asyncio.get_running_loop().call_later(self.head_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        log.debug("closing a connection whose request head took over %s s", self.head_timeout)
+        self.transport.close()
+
+
+def head_deadline(head_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools where installed, else h11) with ``_HeadDeadline``."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return type("HeadDeadlineProtocol", (_HeadDeadline, AutoHTTPProtocol), {"head_timeout": head_timeout})
+
+
 def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
     """The app, with its worker threads started and set up to count, in uvicorn's config."""
     app = create_app(settings, sessions)
     app.state.proxy.start_workers()
     return uvicorn.Config(app, host=settings.host, port=settings.proxy_port, log_level=log_level,
                           access_log=False, timeout_graceful_shutdown=int(settings.grace) or None,
-                          lifespan="on")
+                          lifespan="on", http=head_deadline(settings.header_timeout))
 
 
 @dataclass

@@ -114,8 +114,25 @@ class Reply:
                        finish_reason=self.finish_reason)
 
 
+class NotACompletion(ValueError):
+    """An upstream's 2xx body that is no chat completion (HTML, ``[]``, JSON without choices)."""
+
+
+def completion(content: bytes) -> Reply:
+    """The reply in a chat-completion body: a JSON object whose choice 0 holds a message."""
+    try:
+        body = loads(content)
+    except (ValueError, RecursionError) as exc:
+        raise NotACompletion(f"{len(content)} bytes that are not JSON") from exc
+    choice = _first_choice(body) if isinstance(body, dict) else None
+    if choice is None or not isinstance(choice.get("message"), dict):
+        raise NotACompletion(f"JSON ({type(body).__name__}) without a message in choices[0]")
+    return Reply.of_body(body)
+
+
 def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
-    for choice in data.get("choices") or ():
+    choices = data.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
         if isinstance(choice, dict) and choice.get("index", 0) == 0:
             return choice
     return None

@@ -205,3 +205,107 @@ def test_a_lone_surrogate_in_content_is_replaced_not_a_500(proxy):
     r = httpx.post(proxy.base_url + "/budgeter/fit", content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert [m["content"] for m in r.json()["body"]["messages"]] == ["half \ufffd of a pair", "\ufffd"]
+
+
+NOT_COMPLETIONS = [
+    (False, b"<html><body>502 Bad Gateway</body></html>", "text/html"),
+    (False, b"[]", "application/json"),
+    (False, b'{"object": "list", "data": []}', "application/json"),
+    (False, b'{"choices": [{"index": 0, "finish_reason": "stop"}]}', "application/json"),
+    (False, b"upstream says hello", "text/plain"),
+    (True, b"<html><body>maintenance</body></html>", "text/html"),
+    (True, b'{"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}',
+     "application/json"),
+    (True, b"<html><body>maintenance</body></html>", "text/event-stream"),
+    (True, b"data: [DONE]\n\n", "text/event-stream"),
+]
+
+
+@pytest.mark.parametrize("stream,raw,media_type", NOT_COMPLETIONS)
+def test_an_upstream_200_that_is_no_chat_completion_is_a_502_and_stores_nothing(proxy, stream, raw, media_type):
+    proxy.upstream.script(Script(raw=raw, media_type=media_type))
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": stream}
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"X-Budgeter-Session": "s1"})
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_INVALID" and error["type"] == "upstream_error"
+    assert proxy.upstream.base_url in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]  # nothing stored as the reply
+    proxy.upstream.script(Script(content="whole"))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers={"X-Budgeter-Session": "s1"})
+    assert r.status_code == 200 and proxy.history("s1")[-1].content == "whole"
+
+
+def test_a_reply_over_max_reply_bytes_is_a_502_naming_the_upstream_and_one_within_passes(make_proxy, upstream):
+    proxy = make_proxy(max_reply_bytes=64 << 10)
+    body = {"model": "m", "messages": [SYSTEM, USER]}
+    headers = {"X-Budgeter-Session": "s1"}
+    upstream.script(Script(content="x" * (100 << 10)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers=headers)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_TOO_LARGE" and error["type"] == "upstream_error"
+    assert upstream.base_url in error["message"] and "max_reply_bytes" in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+    upstream.script(Script(content="y" * (40 << 10)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json=body, headers=headers)
+    assert r.status_code == 200 and proxy.history("s1")[-1].content == "y" * (40 << 10)
+
+
+def test_a_stream_over_max_reply_bytes_ends_with_an_error_event_and_stores_nothing(make_proxy, upstream):
+    proxy = make_proxy(max_reply_bytes=64 << 10)
+    body = {"model": "m", "messages": [SYSTEM, USER], "stream": True}
+    upstream.script(Script(content="x" * 6000))  # ~860 chunks of ~150 bytes each
+    with pytest.raises(openai.APIError) as err:
+        for _ in proxy.client.chat.completions.create(**body, extra_headers={"X-Budgeter-Session": "s1"}):
+            pass
+    assert "UPSTREAM_TOO_LARGE" in str(err.value.body) and "max_reply_bytes" in err.value.message
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+    upstream.script(Script(content="short"))
+    got = "".join(c.choices[0].delta.content or "" for c in proxy.client.chat.completions.create(
+        **body, extra_headers={"X-Budgeter-Session": "s1"}) if c.choices)
+    assert got == "short" and proxy.history("s1")[-1].content == "short"
+
+
+def test_a_reply_too_large_to_store_is_a_502_naming_the_upstream_not_a_400(proxy, upstream):
+    """Over the default max_message_bytes (4 MiB), the store's limit for one message: it was a 400
+    MESSAGE_TOO_LARGE naming messages[0], as if the client had sent it."""
+    upstream.script(Script(content="x" * (5 << 20)))
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]},
+                   headers={"X-Budgeter-Session": "s1"}, timeout=60)
+    assert r.status_code == 502, r.text[:300]
+    error = r.json()["error"]
+    assert error["code"] == "UPSTREAM_TOO_LARGE" and "max_message_bytes" in error["message"]
+    assert upstream.base_url in error["message"]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
+
+
+class Body:
+    """A request body of ``chunks`` pieces of 64 KiB, counting how many the client got to send."""
+
+    def __init__(self, chunks: int) -> None:
+        self.chunks, self.sent = chunks, 0
+
+    def __iter__(self):
+        for _ in range(self.chunks):
+            self.sent += 1
+            yield b" " * (64 << 10)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_body_over_max_request_bytes_is_a_413_before_the_rest_is_read(make_proxy, declared):
+    """64 MiB offered against a limit of 128 KiB: the 413 comes while the client still has most of
+    it to send (what the kernel's buffers take in meanwhile is far less than 64 MiB)."""
+    proxy = make_proxy(max_request_bytes=128 << 10)
+    body = Body(1024)
+    headers = {"content-type": "application/json"}
+    if declared:
+        headers["content-length"] = str(1024 * (64 << 10))
+    r = httpx.post(proxy.base_url + "/chat/completions", content=iter(body), headers=headers, timeout=60)
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["code"] == "REQUEST_TOO_LARGE" and error["type"] == "invalid_request_error"
+    assert str(128 << 10) in error["message"]
+    assert body.sent < body.chunks  # the server stopped reading; the client never got to the end
+    ok = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]})
+    assert ok.status_code == 200  # within the limit: served

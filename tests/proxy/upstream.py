@@ -43,6 +43,10 @@ class Script:
     """Overrides the counted usage (to provoke a mismatch)."""
     reply: Callable[[dict[str, Any]], Script] | None = None
     """Decide from the received body (e.g. call recall with a handle found in the prompt)."""
+    raw: bytes | None = None
+    """Sent as the whole body with ``status`` and ``media_type``, whatever the request asked
+    (an upstream that answers 200 with what is no chat completion)."""
+    media_type: str = "application/json"
 
 
 class Upstream:
@@ -68,6 +72,8 @@ class Upstream:
             script = script.reply(body)
         if script.delay:
             await asyncio.sleep(script.delay)
+        if script.raw is not None:
+            return Response(script.raw, script.status, media_type=script.media_type)
         if script.status >= 400:
             return JSONResponse(script.error or {"error": {"message": "scripted", "code": script.status}},
                                 script.status)
