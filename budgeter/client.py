@@ -14,6 +14,12 @@
 ``ClientError`` with the server's ``code``, ``reason`` and ``metadata``.
 Appends carry a fresh ``request_id`` and are retried with it when the server is briefly
 unavailable, so a retry never duplicates history.
+
+Retries: every call but CreateSession and DeleteSession is retried on UNAVAILABLE and on a
+CANCELLED this client did not ask for (a server that stops kills the calls it had received but
+not yet started; grpc core reports them CANCELLED), with backoff from 0.1 s doubling to 2 s, for
+up to ``retry_for`` seconds (10 s: a Redis Cluster failover promotes a replica in about 4 s),
+always with the same request.
 """
 
 from __future__ import annotations
@@ -40,7 +46,22 @@ from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 from budgeter.wire import error_info, message_from_pb, new_message_to_pb
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+"""The codes retried. This client never cancels a call it made (a deadline is DEADLINE_EXCEEDED),
+so a CANCELLED comes from the server's side: a stopping server cancels the calls it had not
+started."""
+
+
+def backoff(retries: int | None, retry_for: float) -> Iterable[float]:
+    """The pause before each retry: 0.1 s doubling to 2 s, while the next attempt starts within
+    ``retry_for`` seconds of the first and there are at most ``retries`` (None: no count)."""
+    start = time.monotonic()
+    delay, n = 0.1, 0
+    while retries is None or n < retries:
+        if time.monotonic() + delay - start > retry_for:
+            return
+        yield delay
+        delay, n = min(delay * 2, 2.0), n + 1
 
 
 class ClientError(BudgeterError):
@@ -72,7 +93,7 @@ class Prompt:
 
 
 T = TypeVar("T")
-Op = Generator[tuple[str, Any, int], Any, T]
+Op = Generator[tuple[str, Any, bool], Any, T]
 """An operation: yields (method, request, retries) for each RPC, receives the response, and
 returns the result. ``Client`` runs operations with blocking calls, ``AsyncClient`` with awaits,
 so both share one definition of every method."""
@@ -90,10 +111,12 @@ class Client:
     def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
                  channel: grpc.Channel | None = None, token: str | None = None,
                  tls_ca: str | Path | None = None, tls_cert: str | Path | None = None,
-                 tls_key: str | Path | None = None, retries: int = 3) -> None:
+                 tls_key: str | Path | None = None, retries: int | None = None,
+                 retry_for: float = 10.0) -> None:
         """``token``: bearer token of a server with authentication. ``tls_ca``: connect with TLS,
         trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS).
-        ``retries``: how often an append (same request_id) or a build is retried on UNAVAILABLE."""
+        ``retry_for``: how long a call is retried (module docstring); ``retries``: at most this
+        many retries (0: none)."""
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         creds = None
         if tls_ca is not None:
@@ -110,6 +133,7 @@ class Client:
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)
         self.timeout = timeout
         self.retries = retries
+        self.retry_for = retry_for
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
 
     @staticmethod
@@ -133,9 +157,11 @@ class Client:
         self.channel.close()
 
     @staticmethod
-    def _rpc(method: str, request: Any, *, retries: int = 0) -> Op[Any]:
-        """One RPC inside an operation: the runner performs it and sends back the response."""
-        return (yield (method, request, retries))
+    def _rpc(method: str, request: Any, *, retry: bool = True) -> Op[Any]:
+        """One RPC inside an operation: the runner performs it (retried unless ``retry`` is
+        False: a create or a delete done twice does not answer as once) and sends back the
+        response."""
+        return (yield (method, request, retry))
 
     def _run(self, op: Op[T]) -> T:
         """Drive an operation with blocking calls (``AsyncClient`` drives it with awaits)."""
@@ -146,16 +172,17 @@ class Client:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _call(self, method: str, request: Any, retries: int = 0) -> Any:
+    def _call(self, method: str, request: Any, retry: bool = True) -> Any:
         metadata = self._metadata(request)
-        for attempt in range(retries + 1):
+        pauses = iter(backoff(self.retries if retry else 0, self.retry_for))
+        while True:
             try:
                 return getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as err:
-                if err.code() not in RETRYABLE or attempt == retries:
+                pause = next(pauses, None) if err.code() in RETRYABLE else None
+                if pause is None:
                     raise ClientError(err) from None
-                time.sleep(0.1 * 2 ** attempt)
-        raise AssertionError("unreachable")
+                time.sleep(pause)
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -176,7 +203,7 @@ class Client:
                 edits=list(file_tools.get("edits", ()))))
         if ttl is not None:
             request.ttl.FromNanoseconds(int(ttl * 1e9))
-        session = (yield from self._rpc("CreateSession", request)).session
+        session = (yield from self._rpc("CreateSession", request, retry=False)).session
         return SessionHandle(self, session.name.removeprefix("sessions/"))
 
     def session(self, session_id: str) -> SessionHandle:
@@ -205,7 +232,7 @@ class Client:
 
     @operation
     def delete_session(self, session_id: str) -> Op[None]:
-        yield from self._rpc("DeleteSession", pb.DeleteSessionRequest(name=f"sessions/{session_id}"))
+        yield from self._rpc("DeleteSession", pb.DeleteSessionRequest(name=f"sessions/{session_id}"), retry=False)
 
     # -- history and prompts -------------------------------------------------------------------
 
@@ -215,7 +242,7 @@ class Client:
         request = pb.AppendMessagesRequest(
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
             messages=[new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
-        response = (yield from self._rpc("AppendMessages", request, retries=self.retries))
+        response = (yield from self._rpc("AppendMessages", request))
         return append_from_pb(response, _arguments(request.messages))
 
     @operation
@@ -232,7 +259,7 @@ class Client:
             request.request_id = request_id or uuid.uuid4().hex
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
-        r = (yield from self._rpc("BuildPrompt", request, retries=self.retries))
+        r = (yield from self._rpc("BuildPrompt", request))
         body = loads(r.body_json)
         appended = append_from_pb(r.appended, _arguments(request.messages)) if append else None
         messages, tools = body["messages"], body.get("tools", [])
@@ -340,16 +367,17 @@ class AsyncClient(Client):
 
         return drive()
 
-    async def _acall(self, method: str, request: Any, retries: int = 0) -> Any:
+    async def _acall(self, method: str, request: Any, retry: bool = True) -> Any:
         metadata = self._metadata(request)
-        for attempt in range(retries + 1):
+        pauses = iter(backoff(self.retries if retry else 0, self.retry_for))
+        while True:
             try:
                 return await getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as err:
-                if err.code() not in RETRYABLE or attempt == retries:
+                pause = next(pauses, None) if err.code() in RETRYABLE else None
+                if pause is None:
                     raise ClientError(err) from None
-                await asyncio.sleep(0.1 * 2 ** attempt)
-        raise AssertionError("unreachable")
+                await asyncio.sleep(pause)
 
 
 class SessionHandle:

@@ -24,8 +24,9 @@ def environ(env: dict[str, str] | None = None, *, unset: Sequence[str] = ()) -> 
 
 
 class ServerProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, unset: Sequence[str] = ()) -> None:
-        self.port = free_port()
+    def __init__(self, *args: str, env: dict[str, str] | None = None, unset: Sequence[str] = (),
+                 port: int | None = None) -> None:
+        self.port = port or free_port()
         self.args = ["--port", str(self.port), "--metrics-port", "0", *args]
         self.env = environ(env, unset=unset)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -111,3 +111,65 @@ def test_a_client_keeps_no_copy_of_the_messages_it_sends(tmp_path):
     finally:
         server.stop()
     assert held < 1_000_000, held  # 10 MB were sent
+
+
+def test_a_restart_under_load_reaches_clients_as_a_pause_never_an_error(tmp_path):
+    """SIGTERM while eight writers append and build: calls in flight finish, calls the stopping
+    server had received but not started come back CANCELLED from gRPC core, new ones UNAVAILABLE;
+    the client retries both with the same request until the restarted server answers. No writer
+    sees an error, and every acknowledged append is in its session once, in order."""
+    first = ServerProcess("--data-dir", str(tmp_path)).start()
+    writers = 8
+    acked: list[list[str]] = [[] for _ in range(writers)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+    progress = threading.Condition()
+
+    def write(w: int) -> None:
+        try:
+            with Client(first.target, retry_for=600) as c:  # a restart on a busy machine may be slow
+                s = c.create_session(session_id=f"w{w}", window=200_000)
+                i = 0
+                while not done.is_set():
+                    message = [{"role": "user", "content": f"w{w} m{i}"}]
+                    if i % 2:
+                        s.prompt(append=message)
+                    else:
+                        s.append(message)
+                    with progress:
+                        acked[w].append(f"w{w} m{i}")
+                        progress.notify_all()
+                    i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            with progress:
+                progress.notify_all()
+
+    def each_has(n: int) -> None:
+        with progress:
+            assert progress.wait_for(lambda: errors or all(len(a) >= n for a in acked), timeout=600), acked
+        assert not errors, errors
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    second = None
+    try:
+        each_has(20)
+        out = first.stop()  # SIGTERM, and wait for the exit
+        assert "budgeter: stopped" in out
+        before = min(len(a) for a in acked)
+        second = ServerProcess("--data-dir", str(tmp_path), port=first.port).start()
+        each_has(before + 20)
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+        if second is not None:
+            with Client(second.target) as c:
+                for w in range(writers):
+                    history = [m["content"] for m in c.session(f"w{w}").prompt().messages]
+                    assert history == acked[w], w
+            second.stop()
+        first.stop()
+    assert not errors, errors
