@@ -15,6 +15,9 @@ class Metrics:
         self.rpc_seconds = Histogram(
             "budgeter_rpc_duration_seconds", "RPC latency by method and status code.",
             ["method", "code"], buckets=BUCKETS, registry=self.registry)
+        self.rpcs_in_flight = Gauge(
+            "budgeter_rpcs_in_flight", "RPCs being handled now, by method (a stopping server drains them).",
+            ["method"], registry=self.registry)
         self.tokens_counted = Counter(
             "budgeter_tokens_counted", "Tokens counted: appended messages and CountTokens calls.",
             ["tokenizer"], registry=self.registry)

@@ -67,6 +67,8 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
         if remaining is not None and remaining <= 0:  # it waited in the queue past its deadline
             self.metrics.rpc_seconds.labels(name, "DEADLINE_EXCEEDED").observe(0.0)
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the call started")
+        flying = self.metrics.rpcs_in_flight.labels(name)
+        flying.inc()
         try:
             scope = TENANT.set(self.auth.tenant(context))
             if isinstance(request, Malformed):
@@ -81,6 +83,7 @@ def rpc(method: Callable[..., R]) -> Callable[..., R]:
             context.abort_with_status(to_status(exc))
             raise  # not reached: abort_with_status raises
         finally:
+            flying.dec()
             if scope is not None:
                 TENANT.reset(scope)
             seconds = time.perf_counter() - start

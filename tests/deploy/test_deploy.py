@@ -151,7 +151,7 @@ def test_liveness_probe_stays_serving_through_a_redis_outage(private_redis):
     try:
         assert {name: status(s) for name, s in probes.items()} == dict.fromkeys(probes, serving)
         private_redis.stop()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 600
         while status(probes["readinessProbe"]) == serving:
             assert time.monotonic() < deadline, "readiness never followed the store"
             time.sleep(0.05)
