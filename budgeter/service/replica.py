@@ -141,11 +141,14 @@ class Replica:
         return live
 
     def _grow(self, live: Live, messages: Sequence[Message]) -> None:
-        """Count what ``messages``, just appended to ``live``, hold; evict to stay in bounds."""
+        """Count what ``messages``, just appended to ``live``, hold; evict to stay in bounds. The
+        session is in use, so it becomes the most recently used (an append that found it cached
+        did not go through ``sync``)."""
         added = footprint(messages)
         with self._live_lock:
             live.size += added
             if self._live.get(live.info.id) is live:
+                self._live.move_to_end(live.info.id)
                 self.used += added
                 self._evict()
 
