@@ -36,7 +36,7 @@ def open_sessions(settings: Settings) -> Sessions:
     profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
     profiles.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
-                    settings.max_sessions, settings.live_sessions)
+                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
     return Sessions(store, profiles, limits=limits)
 
 

@@ -24,6 +24,7 @@ class Limits:
     max_messages_per_append: int = 1000
     max_sessions: int = 100_000
     live_sessions: int = 512
+    live_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)

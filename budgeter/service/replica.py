@@ -5,6 +5,11 @@ cached counts and the plan of the previous prompt, and the store version it has 
 first reads only the records past that version (one round trip), so a replica never re-reads or
 re-tokenizes history: each stored record carries its message's token count and piece counts
 under the tokenizer spec that made them, and a replica imports them instead of tokenizing.
+
+The cache is bounded twice: by sessions (``limit``) and by the bytes their engine state is
+estimated to hold (``limit_bytes``); least recently used sessions go first, and one evicted is
+loaded from the store again at its next use. The session used last is never evicted, so a
+session larger than the whole bound still works: it is evicted once another one is used.
 """
 
 from __future__ import annotations
@@ -24,6 +29,22 @@ from budgeter.service.model import SessionInfo, StoredMessage
 from budgeter.service.profiles import Profiles
 from budgeter.store.base import SessionRecord, SessionStore
 
+BYTES_PER_CHAR = 8
+BYTES_PER_MESSAGE = 600
+"""A session's engine state, estimated from its history's text characters and messages: the
+messages and their template dicts with parsed arguments, facts, per-message caches, the previous
+render and plan, the payloads and links its builds made, and the copies the process-wide memos
+hold while they last. Fitted to what ``tests/bench/bench_memory.py --calibrate`` measures with
+tracemalloc (the memory a session frees when it is evicted and those memos turn over) for a
+2M-character coding session and a chat of short messages, then rounded up."""
+
+
+def footprint(messages: Sequence[Message]) -> int:
+    """The estimated bytes ``messages`` add to a session's engine state."""
+    chars = sum(len(m.content) + len(m.reasoning or "") + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+                for m in messages)
+    return BYTES_PER_CHAR * chars + BYTES_PER_MESSAGE * len(messages)
+
 
 @dataclass(slots=True)
 class Live:
@@ -40,21 +61,33 @@ class Live:
     """Names this engine state in prompt ids: a prompt built elsewhere (another replica, or
     before the session was loaded again) never matches."""
 
+    size: int = 0
+    """The bytes this engine state is estimated to hold (``footprint`` of its history)."""
+
     def prompt_id(self, serial: int) -> str:
         return f"{self.token}.{serial}"
 
 
 class Replica:
-    def __init__(self, store: SessionStore, profiles: Profiles, *, limit: int = 512) -> None:
+    def __init__(self, store: SessionStore, profiles: Profiles, *, limit: int = 512,
+                 limit_bytes: int = 1 << 30) -> None:
         self.store = store
         self.profiles = profiles
         self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.used = 0
+        """The summed ``size`` of the cached sessions."""
         self._live: OrderedDict[str, Live] = OrderedDict()
         self._live_lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._live)
+
     def forget(self, sid: str) -> None:
         with self._live_lock:
-            self._live.pop(sid, None)
+            gone = self._live.pop(sid, None)
+            if gone is not None:
+                self.used -= gone.size
 
     def cached(self, sid: str) -> Live | None:
         with self._live_lock:
@@ -100,10 +133,30 @@ class Replica:
             current = self._live.get(live.info.id)
             if current is not None and current.info.record.incarnation == live.info.record.incarnation:
                 return current  # another thread won the race; use its state
+            if current is not None:
+                self.used -= current.size
             self._live[live.info.id] = live
-            while len(self._live) > self.limit:
-                self._live.popitem(last=False)
+            self.used += live.size
+            self._evict()
         return live
+
+    def _grow(self, live: Live, messages: Sequence[Message]) -> None:
+        """Count what ``messages``, just appended to ``live``, hold; evict to stay in bounds. The
+        session is in use, so it becomes the most recently used (an append that found it cached
+        did not go through ``sync``)."""
+        added = footprint(messages)
+        with self._live_lock:
+            live.size += added
+            if self._live.get(live.info.id) is live:
+                self._live.move_to_end(live.info.id)
+                self.used += added
+                self._evict()
+
+    def _evict(self) -> None:
+        """Least recently used first, never the session used last (holding ``_live_lock``)."""
+        while len(self._live) > self.limit or (self.used > self.limit_bytes and len(self._live) > 1):
+            _, old = self._live.popitem(last=False)
+            self.used -= old.size
 
     def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
                 facts: Sequence[Facts] | None, *, events: int = -1) -> bool:
@@ -117,6 +170,7 @@ class Replica:
             if live.version != first_index:
                 return False
             live.engine.append(messages, facts)
+            self._grow(live, messages)
             live.version = version
             if events >= 0:
                 self._apply_events(live, events)
@@ -146,4 +200,5 @@ class Replica:
                     counter.import_cost(m, tokens, pieces)
                 messages.append(m)
             live.engine.append(messages)
+        self._grow(live, messages)
         live.version += len(records)

@@ -130,7 +130,7 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
     for name in {settings.default_tokenizer, *settings.preload}:
         profiles.counter(name)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
-                    settings.max_sessions, settings.live_sessions)
+                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
     sessions = Sessions(store, profiles, limits=limits)
     metrics = Metrics()
     metrics.watch_store(store)

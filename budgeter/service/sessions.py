@@ -68,7 +68,8 @@ class Sessions:
         self.profiles = profiles
         self.limits = limits or Limits()
         self._clock = clock
-        self.replica = Replica(store, profiles, limit=self.limits.live_sessions)
+        self.replica = Replica(store, profiles, limit=self.limits.live_sessions,
+                               limit_bytes=self.limits.live_bytes)
 
     # -- sessions ------------------------------------------------------------------------------
 
