@@ -12,6 +12,8 @@ construction (it counts the full render), and ``message_cost`` caches each messa
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -302,6 +304,8 @@ class TemplateCounter:
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
         self._notes = tuple(notes)
+        self._server_rules = bool(getattr(getattr(fmt, "rules", None), "single_call", False))
+        """The template's rules rewrite what the server is sent too (``RuledFormat.for_server``)."""
         self.windowed = incremental.Windowed(drops_reasoning=drops_reasoning)
         """Renders only the tail of a prompt that extends the session's previous one (checked each time)."""
         source = getattr(fmt, "source", "") or ""
@@ -371,9 +375,12 @@ class TemplateCounter:
              ) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None:
         """The conversation as counted, where that is not the messages as given: the adapter's
         rewrite and the template rules' rewrites the server needs too; None otherwise."""
-        for_server = getattr(self.format, "for_server", None)
+        for_server = getattr(self.format, "for_server", None) if self._server_rules else None
         if self.adapter is None and for_server is None:
             return None
+        caps = getattr(self.adapter, "caps", None)
+        if for_server is None and caps is not None and caps.system_only and not later_system(messages):
+            return None  # (the default profile's case: an O(n) walk in Python per build was ~0.35 ms at 400 messages)
         given = [self._template_dict(m) for m in messages]
         dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
         ruled = for_server(dicts) if for_server is not None else None
@@ -461,6 +468,14 @@ class TemplateCounter:
             cost = self.pieces.count(text) if counted is None else counted
         self._costs[m] = cost
         return cost
+
+
+_ROLE = operator.attrgetter("role")
+
+
+def later_system(messages: Sequence[Message]) -> bool:
+    """Whether a message after the first is a system message (one pass in C over the roles)."""
+    return "system" in map(_ROLE, itertools.islice(messages, 1, None))
 
 
 _wired = IdentityMemo(limit=1 << 16)

@@ -62,6 +62,12 @@ class Capabilities:
         return out
 
     @property
+    def system_only(self) -> bool:
+        """The one rewrite needed is a later system message's, so a conversation with none is
+        sent as it is (``core.counting.later_system``)."""
+        return self.tools and self.tool_calls and self.tool_role and self.alternation_free and not self.system_anywhere
+
+    @property
     def complete(self) -> bool:
         return self.tools and self.tool_calls and self.tool_role and self.alternation_free and self.system_anywhere
 
@@ -145,6 +151,7 @@ def adapter(caps: Capabilities) -> Adapter | None:
             walks.keep(messages, _Adapted(ones, placed, out, starts))
         return out, tools
 
+    adapt.caps = caps  # type: ignore[attr-defined]  # (what ``core.counting.sent`` asks first)
     return adapt
 
 

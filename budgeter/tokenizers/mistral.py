@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
+from budgeter.core.counting import later_system
 from budgeter.core.memo import IdentityMemo, Walks
 from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
@@ -564,6 +565,8 @@ class MistralCounter:
         result, and history is append-only, so such a message is encoded as a user message with the
         same content (the same object each time, so builds still meet known messages); the proxy
         sends it so (``adapter``)."""
+        if not later_system(messages):
+            return messages
         at = [i for i in range(1, len(messages)) if messages[i].role == "system"
               and messages[i - 1].role in ("assistant", "tool")]
         if not at:
