@@ -243,6 +243,9 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")
+    if servers.prefills(opts.server):
+        notes.append("a conversation that ends with an assistant message (no tool calls) is counted as "
+                     "the server's prefill of it: no new assistant turn is opened")
     notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
-                           drops_reasoning=found.drops_reasoning)
+                           drops_reasoning=found.drops_reasoning, prefill=servers.prefills(opts.server))

@@ -195,3 +195,26 @@ def test_llama3_never_undercounts_what_the_server_drops(llama3_served):
     assert "read_file" not in text  # the server dropped every call and schema
     assert counter.count_prompt(messages, tools) > usage
     assert any("tool calls" in n for n in counter.notes)
+
+
+def test_a_final_assistant_message_is_counted_as_the_servers_prefill(served):
+    """llama-server takes a conversation that ends with the assistant's message as a prefill of it
+    and opens no new turn (``[user "hi", assistant "Done."]``: 15 prompt tokens on Qwen3.6, where a
+    new turn made 22); the vLLM convention opens one, as vLLM does by default."""
+    counter, url = served
+    messages, tools = session(6, chars=6_000)
+    history = [m for m in messages if m.role in ("system", "user")][:2]
+    endings = [Message("assistant", "Done."), Message("assistant", "  Done. \n", reasoning="Checked it."),
+               Message("assistant", "", reasoning="Still thinking"), Message("assistant", "")]
+    prefill = counter.prefill
+    for last in endings:
+        for prompt in ([Message("user", "hi"), last], [*history, last], [*messages, last]):
+            usage, text, ids = _server_counts(url, prompt, tools, counter)
+            if prefill:
+                assert counter.render(prompt, tools) == text
+                assert counter.count_prompt(prompt, tools) == usage == len(ids)
+            else:
+                assert counter.count_prompt(prompt, tools) >= usage
+    result = trim([*messages, Message("assistant", "Partial answer")], counter=counter, tools=tools, policy=SMALL)
+    usage, _, _ = _server_counts(url, list(result.messages), tools, counter)
+    assert result.tokens == usage or not prefill
