@@ -38,6 +38,10 @@ Unicode normalization (b11434: U+F945, a CJK compatibility ideograph a random Qw
 is one token on llama-server and two after NFC, as transformers tokenizes it); vLLM and
 transformers run the Hugging Face tokenizer, normalizer included."""
 
+PROMOTES = {"llama.cpp": True, "vllm": False, "transformers": False}
+"""Whether the server matches as one token the ordinary vocabulary entries that llama.cpp's loader
+makes special by their text (``promoted.py``: ``</s>`` in the Qwen2.5/Qwen3 vocabularies)."""
+
 PREFILLS = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server takes a conversation that ends with an assistant message as a prefill of that
 message (no new assistant turn). llama.cpp's server does (b11434, ``prefill_assistant`` on by
@@ -70,6 +74,10 @@ def check(server: str | None) -> str:
 
 def normalizes(server: str) -> bool:
     return NORMALIZES[server]
+
+
+def promotes(server: str) -> bool:
+    return PROMOTES[server]
 
 
 def prefills(server: str) -> bool:

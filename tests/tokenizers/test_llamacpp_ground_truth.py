@@ -218,3 +218,36 @@ def test_a_final_assistant_message_is_counted_as_the_servers_prefill(served):
     result = trim([*messages, Message("assistant", "Partial answer")], counter=counter, tools=tools, policy=SMALL)
     usage, _, _ = _server_counts(url, list(result.messages), tools, counter)
     assert result.tokens == usage or not prefill
+
+
+def _special_parity(counter, url):
+    """Every added token's text, and every ordinary entry llama.cpp makes special at load, alone
+    and in text: budgeter's count and ids equal the server's ``/tokenize`` (``parse_special``)."""
+    from budgeter.tokenizers.promoted import EOG, FIRST_OF, USER_DEFINED
+
+    tok = counter.pieces.tokenizer
+    looked_for = {*EOG, *USER_DEFINED, *(t for group in FIRST_OF for t in group)}
+    texts = sorted({*tok.specials, *looked_for})
+    for text in texts:
+        for sample in (text, f"a {text} b{text}{text}\n"):
+            ids = llamacpp.tokenize(url, sample)
+            assert counter.count_text(sample) == len(ids), sample
+            assert tok.encode_full(sample) == ids, sample
+    return texts
+
+
+def test_special_tokens_and_promoted_entries_count_as_the_server_reads_them(served):
+    counter, url = served
+    if not counter.prefill:  # the vLLM convention reads text as Hugging Face does
+        pytest.skip("the vLLM convention does not mirror llama.cpp's loader")
+    assert len(_special_parity(counter, url)) > 20
+    messages, tools = session(7, chars=6_000)
+    prompt = [*messages, Message("user", "Close the tag: </s> and </s></s>, not <|endoftext|>.")]
+    usage, text, ids = _server_counts(url, prompt, tools, counter)
+    assert "</s>" in text
+    assert counter.count_prompt(prompt, tools) == usage == len(ids)
+
+
+def test_llama3_special_tokens_count_as_the_server_reads_them(llama3_served):
+    counter, url = llama3_served
+    assert len(_special_parity(counter, url)) > 256
