@@ -314,6 +314,9 @@ class TemplateCounter:
             self.windowed.off = "the template reads the clock (strftime_now): every build renders whole"
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
+        self._developer = "developer" if "<|channel|>" in source else "system"
+        """The role a developer message renders as: llama.cpp's server maps it to system for every
+        template but gpt-oss's (``<|channel|>`` in its source: it has a developer role)."""
         self._costs: dict[Message, int] = {}
         self.frames = self._frames(fmt)
         """Lone renders made from a frame per shape of message (``core/frames.py``)."""
@@ -356,7 +359,7 @@ class TemplateCounter:
         if d is None:
             if len(self._dicts) > 200_000:
                 self._dicts.clear()
-            d = self._dicts[m] = to_template(m)
+            d = self._dicts[m] = to_template(m, developer=self._developer)
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],

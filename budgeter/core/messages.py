@@ -1,6 +1,6 @@
 """Chat messages as frozen domain values, and conversion from/to OpenAI chat-completions dicts.
 
-Input is the OpenAI format: roles system/user/assistant/tool, assistant ``tool_calls`` whose
+Input is the OpenAI format: roles system/developer/user/assistant/tool, assistant ``tool_calls`` whose
 ``function.arguments`` is a JSON string, tool results with ``tool_call_id``. Text content parts
 (``[{"type": "text", "text": ...}]``) are joined; other part types are rejected.
 Two optional extension fields are kept: ``finish_reason`` on an assistant message (``length``
@@ -23,7 +23,11 @@ from typing import Any
 from budgeter.core.jsonargs import loads
 from budgeter.errors import InvalidMessage
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+INSTRUCTIONS = ("system", "developer")
+"""Roles that instruct (OpenAI's ``developer`` is its newer name for ``system``): pinned alike. A
+``developer`` message is kept as one and rendered as ``system`` (``to_template``), as llama.cpp's
+server maps it where the template has no such role (all but gpt-oss's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +205,13 @@ def to_openai(m: Message, *, extensions: bool = False) -> dict[str, Any]:
     return out
 
 
-def to_template(m: Message) -> dict[str, Any]:
+def to_template(m: Message, *, developer: str = "system") -> dict[str, Any]:
     """Message -> the dict a chat template sees: arguments parsed into objects, as vLLM and
-    llama.cpp's server do before applying the template."""
+    llama.cpp's server do before applying the template. ``developer``: the role a developer
+    message takes there (``system``, but for a template that knows the role)."""
     out = to_openai(m)
+    if m.role == "developer":
+        out["role"] = developer
     for call in out.get("tool_calls", ()):
         fn = call["function"]
         with contextlib.suppress(ValueError, RecursionError):  # unparseable: rendered as given

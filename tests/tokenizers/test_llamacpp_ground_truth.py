@@ -251,3 +251,25 @@ def test_special_tokens_and_promoted_entries_count_as_the_server_reads_them(serv
 def test_llama3_special_tokens_count_as_the_server_reads_them(llama3_served):
     counter, url = llama3_served
     assert len(_special_parity(counter, url)) > 256
+
+
+def test_a_developer_message_is_accepted_and_counted_as_the_server_renders_it(served):
+    """OpenAI's ``developer`` role: llama-server takes it and renders it as ``system``; budgeter
+    keeps it as sent, counts it as that render, and (where the template takes system text only
+    first) returns a request the server accepts."""
+    from budgeter.core.messages import from_openai
+
+    counter, url = served
+    messages, tools = session(8, chars=6_000)
+    first = from_openai({"role": "developer", "content": "Answer tersely."})
+    later = from_openai({"role": "developer", "content": "From now on, answer in French."})
+    assert first.role == later.role == "developer"
+    body = [m for m in messages if m.role != "system"]
+    for prompt in ([first, *body], [first, *body[:3], later, *body[3:]]):
+        usage, text, ids = _server_counts(url, prompt, tools, counter)
+        assert "Answer tersely." in text
+        assert counter.count_prompt(prompt, tools) == usage == len(ids)
+        result = trim(prompt, counter=counter, tools=tools, policy=SMALL)
+        assert result.messages[0] is first
+        usage, _, ids = _server_counts(url, list(result.messages), tools, counter)
+        assert result.tokens == usage == len(ids)
