@@ -273,3 +273,23 @@ def test_a_developer_message_is_accepted_and_counted_as_the_server_renders_it(se
         assert result.messages[0] is first
         usage, _, ids = _server_counts(url, list(result.messages), tools, counter)
         assert result.tokens == usage == len(ids)
+
+
+def test_lone_surrogates_are_repaired_so_the_server_accepts_and_counts_them(served):
+    """Escaped lone surrogates in a call's arguments (llama-server: HTTP 500) and in content (HTTP
+    400) are made U+FFFD on the way in; the request and its compaction are accepted, counted exactly."""
+    import json
+
+    from budgeter.core.messages import from_openai_list
+
+    counter, url = served
+    messages, tools = session(9, chars=20_000)
+    raw = json.loads(json.dumps([to_openai(m) for m in messages]))
+    call = next(m for m in raw if m.get("tool_calls"))
+    call["tool_calls"][0]["function"]["arguments"] = '{"path": "a.txt", "note": "x \\udc00 y \\ud83d\\ude00"}'
+    raw.append({"role": "user", "content": "odd text: \ud800 here"})
+    prompt = from_openai_list(raw)
+    result = trim(prompt, counter=counter, tools=tools, policy=SMALL)
+    for sent_prompt in (prompt, list(result.messages)):
+        usage, _, ids = _server_counts(url, sent_prompt, tools, counter)
+        assert counter.count_prompt(sent_prompt, tools) == usage == len(ids)
