@@ -16,7 +16,7 @@ from budgeter.core.messages import Message, from_openai, to_openai
 from budgeter.v1 import budgeter_pb2 as pb
 
 ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT: "assistant",
-               pb.ROLE_TOOL: "tool"}
+               pb.ROLE_TOOL: "tool", pb.ROLE_DEVELOPER: "developer"}
 STR_TO_ROLE = {v: k for k, v in ROLE_TO_STR.items()}
 STATUS_TO_STR = {pb.RESULT_STATUS_OK: "ok", pb.RESULT_STATUS_ERROR: "error"}
 STR_TO_STATUS = {v: k for k, v in STATUS_TO_STR.items()}

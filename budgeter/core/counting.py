@@ -298,8 +298,13 @@ class TemplateCounter:
         adapter: Adapter | None = None,
         notes: Sequence[str] = (),
         drops_reasoning: bool = False,
+        prefill: bool = False,
     ) -> None:
         self.name = name
+        self.prefill = prefill
+        """A conversation that ends with an assistant message is a prefill (``prefilled``): the
+        server continues that message and opens no new turn (llama.cpp's server)."""
+        self._marks: tuple[str, str] | None | bool = False
         self.format = fmt
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
@@ -313,6 +318,9 @@ class TemplateCounter:
             self.windowed.off = "the template reads the clock (strftime_now): every build renders whole"
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
         self._dicts: dict[Message, dict[str, Any]] = {}
+        self._developer = "developer" if "<|channel|>" in source else "system"
+        """The role a developer message renders as: llama.cpp's server maps it to system for every
+        template but gpt-oss's (``<|channel|>`` in its source: it has a developer role)."""
         self._costs: dict[Message, int] = {}
         self.frames = self._frames(fmt)
         """Lone renders made from a frame per shape of message (``core/frames.py``)."""
@@ -355,7 +363,7 @@ class TemplateCounter:
         if d is None:
             if len(self._dicts) > 200_000:
                 self._dicts.clear()
-            d = self._dicts[m] = to_template(m)
+            d = self._dicts[m] = to_template(m, developer=self._developer)
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
@@ -390,7 +398,52 @@ class TemplateCounter:
 
     def render(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> str:
         dicts, schemas = self._adapted(messages, tools)
+        if self.prefill and prefilled(dicts):
+            return self._prefilled(dicts, list(schemas) or None)
         return self.format.render(dicts, list(schemas) or None, add_generation_prompt=True)
+
+    def _prefilled(self, dicts: list[dict[str, Any]], tools: Any) -> str:
+        """The prompt llama.cpp's server (b11434) makes of a conversation whose last message is the
+        assistant's (``continue_final_message`` "auto", ``common_chat_templates_apply``): the render
+        of the messages before it without a generation prompt; then, unless the message is empty,
+        the generation prompt, cut where the template's reasoning block opens, that block's opening
+        and the message's reasoning, and (unless it holds reasoning only) the block's close and the
+        content, as given. Without reasoning markers: the generation prompt and the content."""
+        last, before = dicts[-1], dicts[:-1]
+        content, reasoning = last.get("content") or "", last.get("reasoning_content") or ""
+        try:
+            bare = self.format.render(before, tools, add_generation_prompt=False)
+            gen = self.format.render(before, tools, add_generation_prompt=True)
+        except Exception:  # a template that refuses the messages before it: a turn is opened
+            return self.format.render(dicts, tools, add_generation_prompt=True)
+        if not content and not reasoning:
+            return bare
+        gen = gen[len(bare):] if gen.startswith(bare) else gen
+        marks = self._reasoning_marks()
+        if marks is None:
+            return bare + gen + content
+        start, end = marks
+        cut = gen.find(start)
+        tail = (gen if cut < 0 else gen[:cut]) + start + reasoning
+        return bare + tail + (end + content if content or not reasoning else "")
+
+    def _reasoning_marks(self) -> tuple[str, str] | None:
+        """The template's reasoning block opening and close around a final assistant message's
+        reasoning (``<think>\n`` and ``\n</think>\n\n`` for Qwen3), read off its render of one;
+        None where it renders no reasoning there."""
+        if self._marks is False:
+            probe = [{"role": "user", "content": "zq1"},
+                     {"role": "assistant", "content": "zq3", "reasoning_content": "zq2"}]
+            self._marks = None
+            try:
+                text = self.format.render(probe, None, add_generation_prompt=False)
+            except Exception:  # a template that refuses the probe: no markers
+                return None
+            r, c = text.find("zq2"), text.find("zq3")
+            opening = text.rfind("<", 0, r)
+            if 0 <= opening < r < c:
+                self._marks = (text[opening:r], text[r + 3:c])
+        return self._marks  # type: ignore[return-value]
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.pieces.count(self.render(messages, tools))
@@ -398,12 +451,17 @@ class TemplateCounter:
     def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict], *,
                        memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
         """The exact count and the text counted. With a session's ``memo``, a prompt that extends
-        the previous one renders only its tail (``core/incremental.py``)."""
+        the previous one renders only its tail (``core/incremental.py``). A prefill of the last
+        message renders whole."""
         if memo is None:
             text = self.render(messages, tools)
             return self.pieces.count(text), text
         dicts, schemas = self._adapted(messages, tools, memo)
         listed = list(schemas) or None
+        if self.prefill and prefilled(dicts):
+            text = self._prefilled(dicts, listed)
+            return incremental.whole(self.windowed, memo, dicts, schemas, text, self.pieces.count(text),
+                                     stamp=tuple(f() for f in self._dated))
 
         def render(part: list[dict[str, Any]], gen: bool) -> str:
             return self.format.render(part, listed, add_generation_prompt=gen)
@@ -476,6 +534,14 @@ _ROLE = operator.attrgetter("role")
 def later_system(messages: Sequence[Message]) -> bool:
     """Whether a message after the first is a system message (one pass in C over the roles)."""
     return "system" in map(_ROLE, itertools.islice(messages, 1, None))
+
+
+def prefilled(dicts: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether llama.cpp's server takes the conversation as a prefill of its last message: that
+    message is the assistant's and calls no tool (one that calls a tool is refused, HTTP 400
+    "Cannot continue an assistant message that contains tool calls"; it is counted with a new
+    turn opened, as before)."""
+    return bool(dicts) and dicts[-1].get("role") == "assistant" and not dicts[-1].get("tool_calls")
 
 
 _wired = IdentityMemo(limit=1 << 16)

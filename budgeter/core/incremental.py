@@ -222,6 +222,21 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     return total, text
 
 
+def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]], text: str,
+          total: int, *, stamp: tuple[Any, ...] = ()) -> tuple[int, Text]:
+    """Keep a render made whole without a generation prompt (a prefill of the last message) as the
+    session's previous render: no anchor is taken from it (none ends where a generation prompt
+    would start), so the next build renders whole too and finds anchors again."""
+    if memo.stamp != stamp:
+        memo.head_text = None
+    memo.builds += 1
+    state.full += 1
+    memo.replaced, memo.agreed, memo.mark, memo.pending = memo.builds - 1, 0, None, False
+    memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
+    memo.stamp = stamp
+    return total, text
+
+
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
               ) -> tuple[int, Text, dict[int, int], int, Mark] | None:

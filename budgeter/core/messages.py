@@ -1,6 +1,6 @@
 """Chat messages as frozen domain values, and conversion from/to OpenAI chat-completions dicts.
 
-Input is the OpenAI format: roles system/user/assistant/tool, assistant ``tool_calls`` whose
+Input is the OpenAI format: roles system/developer/user/assistant/tool, assistant ``tool_calls`` whose
 ``function.arguments`` is a JSON string, tool results with ``tool_call_id``. Text content parts
 (``[{"type": "text", "text": ...}]``) are joined; other part types are rejected.
 Two optional extension fields are kept: ``finish_reason`` on an assistant message (``length``
@@ -9,6 +9,10 @@ A tool result may declare its outcome the other common ways too, taken as ``stat
 ``is_error`` (Anthropic's convention) or ``isError`` (MCP's), and a content that is an MCP
 ``CallToolResult`` object (``{"content": [text parts], "isError": true}``), whose text parts
 become the content.
+A lone surrogate (an escape such as ``"\\ud800"`` that JSON accepts and UTF-8 cannot hold) never
+reaches a server: in content and reasoning it becomes U+FFFD; in tool-call arguments it becomes
+U+FFFD inside the parsed JSON, which is serialized again (llama-server answers 400 to the first and
+500 to the second).
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.jsonargs import loads
+from budgeter.core.jsonargs import dumps, loads
 from budgeter.errors import InvalidMessage
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+INSTRUCTIONS = ("system", "developer")
+"""Roles that instruct (OpenAI's ``developer`` is its newer name for ``system``): pinned alike. A
+``developer`` message is kept as one and rendered as ``system`` (``to_template``), as llama.cpp's
+server maps it where the template has no such role (all but gpt-oss's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,35 @@ def _text(content: Any, *, where: str) -> str:
                          field=f"{where}.content")
 
 
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _no_surrogates(value: Any) -> Any:
+    """``value`` (parsed JSON) with every lone surrogate in its strings and keys made U+FFFD."""
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, list):
+        return [_no_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _no_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _repaired_arguments(text: str) -> str:
+    """Arguments whose JSON escapes a lone surrogate (``"\\ud800"``, which Python's JSON reads and
+    llama-server refuses with HTTP 500, failing every later turn of the session): the parsed value
+    with each one made U+FFFD, serialized again. Text that does not parse is kept as given (never
+    cut or patched as text)."""
+    if not _ESCAPED_SURROGATE.search(text):
+        return text
+    try:
+        value = loads(text)
+    except (ValueError, RecursionError):
+        return text
+    clean = _no_surrogates(value)
+    return text if clean == value else dumps(clean)
+
+
 def _str(value: Any, *, field: str, default: str | None = None) -> str:
     if value is None and default is not None:
         return default
@@ -97,7 +134,7 @@ def _str(value: Any, *, field: str, default: str | None = None) -> str:
 
 def _arguments(raw: Any, *, field: str) -> str:
     if isinstance(raw, str):
-        return _clean(raw)
+        return _repaired_arguments(_clean(raw))
     if isinstance(raw, Mapping):  # some clients send objects; keep them as canonical JSON text
         return json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
     if raw is None:
@@ -150,7 +187,7 @@ def from_openai(raw: Any, *, index: int = 0) -> Message:
         tool_calls=tuple(_tool_call(c, where=f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
         tool_call_id=tool_call_id if role == "tool" else None,
         name=raw.get("name") if isinstance(raw.get("name"), str) else None,
-        reasoning=reasoning if isinstance(reasoning, str) else None,
+        reasoning=_clean(reasoning) if isinstance(reasoning, str) else None,
         finish_reason=raw.get("finish_reason") if isinstance(raw.get("finish_reason"), str) else None,
         status=status,
     )
@@ -201,10 +238,13 @@ def to_openai(m: Message, *, extensions: bool = False) -> dict[str, Any]:
     return out
 
 
-def to_template(m: Message) -> dict[str, Any]:
+def to_template(m: Message, *, developer: str = "system") -> dict[str, Any]:
     """Message -> the dict a chat template sees: arguments parsed into objects, as vLLM and
-    llama.cpp's server do before applying the template."""
+    llama.cpp's server do before applying the template. ``developer``: the role a developer
+    message takes there (``system``, but for a template that knows the role)."""
     out = to_openai(m)
+    if m.role == "developer":
+        out["role"] = developer
     for call in out.get("tool_calls", ()):
         fn = call["function"]
         with contextlib.suppress(ValueError, RecursionError):  # unparseable: rendered as given

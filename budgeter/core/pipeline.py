@@ -17,7 +17,7 @@ from budgeter.core.chains import Link
 from budgeter.core.counting import count_rendered
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
-from budgeter.core.messages import Message
+from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
 from budgeter.core.rope import Text
 from budgeter.core.typing import CompactionStep, JSONDict, PromptCounter
@@ -180,7 +180,7 @@ def units(view: View) -> list[list[int]]:
 
 def protected_positions(view: View, policy: Policy) -> set[int]:
     """System messages, the first user message, digests and the protected tail."""
-    keep = {p for p, i in enumerate(view) if i.message.role == "system" or i.kind is Kind.DIGEST}
+    keep = {p for p, i in enumerate(view) if i.message.role in INSTRUCTIONS or i.kind is Kind.DIGEST}
     first_user = next((p for p, i in enumerate(view) if i.message.role == "user"), None)
     if first_user is not None:
         keep.add(first_user)

@@ -210,7 +210,7 @@ def failed_calls(log: History) -> list[dict[str, Any]]:
 def _category(m: Message, failed: bool, stale: bool, failed_tokens: int) -> str:
     if m.role == "tool":
         return "stale_snapshots" if stale else ("tool_failed" if failed else "tool_ok")
-    if m.role in ("system", "user"):
+    if m.role in ("system", "developer", "user"):
         return m.role
     return "failed_calls" if failed_tokens else "assistant"
 

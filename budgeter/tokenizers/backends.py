@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from budgeter.tokenizers.twin import ranked_twin, state, twin
+from budgeter.tokenizers.promoted import promoted
+from budgeter.tokenizers.twin import _byte_alphabet, ranked_twin, state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -47,14 +48,17 @@ pool halves the wall time at about the same CPU."""
 
 
 class HFTokenizer:
-    def __init__(self, tok: Any, *, name: str, nfc: bool = True) -> None:
+    def __init__(self, tok: Any, *, name: str, nfc: bool = True, promote: bool = False) -> None:
         """``nfc``: False for a server that does not apply the tokenizer's NFC normalizer
-        (llama.cpp): ``tok`` (owned from here on) then loses it, for counts and ids alike."""
+        (llama.cpp): ``tok`` (owned from here on) then loses it, for counts and ids alike.
+        ``promote``: match the ordinary entries llama.cpp makes special at load as one token
+        (``promoted.py``), added to ``tok`` as special tokens with their own ids."""
         self.name = name
         unnormalized = not nfc and state(tok.normalizer) == {"type": "NFC"}
         if unnormalized:
             tok.normalizer = None
         self._tok = tok
+        self.promoted = _promote(tok) if promote else []
         added = [a for a in tok.get_added_tokens_decoder().values() if a.content]
         # tokens that absorb whitespace beside them first (longest first), then one trie of the rest
         stripping = sorted((a for a in added if a.lstrip or a.rstrip), key=lambda a: -len(a.content))
@@ -73,11 +77,15 @@ class HFTokenizer:
             self.note += ("; the tokenizer's NFC normalizer is not applied, as the server applies none "
                           "(text NFC would change, such as decomposed accents, counts as the server reads it)")
 
+        if self.promoted:
+            self.note += ("; matched as one token, as llama.cpp marks them special at load: "
+                          + ", ".join(self.promoted))
+
     @classmethod
-    def from_file(cls, path: str, *, name: str, nfc: bool = True) -> HFTokenizer:
+    def from_file(cls, path: str, *, name: str, nfc: bool = True, promote: bool = False) -> HFTokenizer:
         from tokenizers import Tokenizer
 
-        return cls(Tokenizer.from_file(path), name=name, nfc=nfc)
+        return cls(Tokenizer.from_file(path), name=name, nfc=nfc, promote=promote)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         if self._many is not None:
@@ -94,6 +102,29 @@ class HFTokenizer:
 
     def encode_full(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+def _promote(tok: Any) -> list[str]:
+    """Add the entries llama.cpp makes special to ``tok`` as special tokens (the same ids)."""
+    from tokenizers import AddedToken
+
+    vocab = tok.get_vocab(with_added_tokens=False)
+    found = promoted(vocab.__contains__, {a.content for a in tok.get_added_tokens_decoder().values()})
+    if found:
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in found])
+    return found
+
+
+def promoted_ranks(ranks: dict[bytes, int], specials: dict[str, int]) -> dict[str, int]:
+    """Of a tiktoken vocabulary (``ranks``, with its ``specials``), the entries llama.cpp makes
+    special at load and their ids (compared as a GGUF stores them: in GPT-2's byte alphabet)."""
+    alphabet = {b: c for c, b in _byte_alphabet().items()}
+
+    def has(text: str) -> bool:
+        raw = text.encode()
+        return raw in ranks and "".join(alphabet[b] for b in raw) == text
+
+    return {t: ranks[t.encode()] for t in promoted(has, specials)}
 
 
 class TiktokenTokenizer:

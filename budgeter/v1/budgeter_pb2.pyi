@@ -18,6 +18,7 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_USER: _ClassVar[Role]
     ROLE_ASSISTANT: _ClassVar[Role]
     ROLE_TOOL: _ClassVar[Role]
+    ROLE_DEVELOPER: _ClassVar[Role]
 
 class ResultStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,7 @@ ROLE_SYSTEM: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
 ROLE_TOOL: Role
+ROLE_DEVELOPER: Role
 RESULT_STATUS_UNSPECIFIED: ResultStatus
 RESULT_STATUS_OK: ResultStatus
 RESULT_STATUS_ERROR: ResultStatus

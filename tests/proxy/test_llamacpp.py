@@ -154,3 +154,48 @@ def test_tiny_qwen3_coding_session_with_cut_calls_is_exact_and_accepted(tiny_qwe
     assert seen[0][2] == "true" and all(s[1] <= 8192 - 512 for s in seen)
     assert [s[3] for s in seen[1:]] == ["1"] * 5  # the echo matched the stored reply: only the user message is new
     assert len(stored) == 1 and history[-1].finish_reason == "length" == seen[-1][4]
+
+
+LONE = '{"path": "notes.txt", "text": "half a pair: \\ud800 end"}'
+"""Tool-call arguments that escape a lone surrogate: Python's JSON reads them, llama-server answers
+HTTP 500 ("Failed to parse tool call arguments as JSON")."""
+
+
+@pytest.mark.shared
+def test_tiny_qwen3_lone_surrogates_are_repaired_and_every_turn_is_accepted(tiny_qwen3):
+    """A session whose history holds a lone surrogate in a call's arguments and in content: sent as
+    is, llama-server refuses it; through the proxy it is repaired to U+FFFD (inside the parsed
+    arguments) and every later turn is accepted and counted exactly."""
+    import json
+
+    url, folder = tiny_qwen3
+    tools = [{"type": "function", "function": {"name": "write_file", "description": "Write a file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}}}}}]
+    messages = [{"role": "system", "content": "You write files."}, {"role": "user", "content": "Save a note."},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "write_file", "arguments": LONE}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "wrote it \ud800"}]
+    raw = httpx.post(url + "/chat/completions", content=json.dumps({"messages": messages, "tools": tools,
+                                                                    "max_tokens": 1}), timeout=300,
+                     headers={"content-type": "application/json"})
+    assert raw.status_code in (400, 500)
+    proxy = proxied(url, folder, window=8192, reserve=512)
+    seen = []
+    try:
+        for k in range(4):
+            messages.append({"role": "user", "content": f"And now? ({k})"})
+            reply = httpx.post(proxy.base_url + "/chat/completions", timeout=300,
+                               content=json.dumps({"model": "tiny", "messages": messages, "tools": tools,
+                                                   "max_tokens": 4}),
+                               headers={"content-type": "application/json"})
+            assert reply.status_code == 200, reply.text
+            body = reply.json()
+            seen.append((body["usage"]["prompt_tokens"], int(reply.headers["x-budgeter-tokens-after"])))
+            messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"] or ""})
+        history = proxy.sessions.live(proxy.sessions.list_sessions()[0][0].id).engine.history
+    finally:
+        proxy.stop()
+    assert [s for s, _ in seen] == [ours for _, ours in seen], seen
+    call = next(m for m in history if m.tool_calls).tool_calls[0]
+    assert json.loads(call.arguments) == {"path": "notes.txt", "text": "half a pair: \ufffd end"}
+    assert "\ufffd" in next(m for m in history if m.role == "tool").content

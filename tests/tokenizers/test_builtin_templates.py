@@ -74,7 +74,9 @@ def test_gemma3_template_equals_transformers_on_the_merged_rewrite(tiny_bpe_path
 
     shutil.copy(tiny_bpe_path, tmp_path / "tokenizer.json")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>"}))
-    counter = resolve(str(tmp_path), chat_format="gemma3")
+    # transformers' convention: a part that ends with the assistant's message opens a new turn
+    # (llama.cpp's server takes it as a prefill)
+    counter = resolve(str(tmp_path), chat_format="gemma3", server="transformers")
     hf = PreTrainedTokenizerFast(tokenizer_file=tiny_bpe_path, bos_token="<bos>", eos_token="<eos>")
     messages, tools = session(3, chars=12_000)
     for end in (4, 11, len(messages)):

@@ -195,3 +195,101 @@ def test_llama3_never_undercounts_what_the_server_drops(llama3_served):
     assert "read_file" not in text  # the server dropped every call and schema
     assert counter.count_prompt(messages, tools) > usage
     assert any("tool calls" in n for n in counter.notes)
+
+
+def test_a_final_assistant_message_is_counted_as_the_servers_prefill(served):
+    """llama-server takes a conversation that ends with the assistant's message as a prefill of it
+    and opens no new turn (``[user "hi", assistant "Done."]``: 15 prompt tokens on Qwen3.6, where a
+    new turn made 22); the vLLM convention opens one, as vLLM does by default."""
+    counter, url = served
+    messages, tools = session(6, chars=6_000)
+    history = [m for m in messages if m.role in ("system", "user")][:2]
+    endings = [Message("assistant", "Done."), Message("assistant", "  Done. \n", reasoning="Checked it."),
+               Message("assistant", "", reasoning="Still thinking"), Message("assistant", "")]
+    prefill = counter.prefill
+    for last in endings:
+        for prompt in ([Message("user", "hi"), last], [*history, last], [*messages, last]):
+            usage, text, ids = _server_counts(url, prompt, tools, counter)
+            if prefill:
+                assert counter.render(prompt, tools) == text
+                assert counter.count_prompt(prompt, tools) == usage == len(ids)
+            else:
+                assert counter.count_prompt(prompt, tools) >= usage
+    result = trim([*messages, Message("assistant", "Partial answer")], counter=counter, tools=tools, policy=SMALL)
+    usage, _, _ = _server_counts(url, list(result.messages), tools, counter)
+    assert result.tokens == usage or not prefill
+
+
+def _special_parity(counter, url):
+    """Every added token's text, and every ordinary entry llama.cpp makes special at load, alone
+    and in text: budgeter's count and ids equal the server's ``/tokenize`` (``parse_special``)."""
+    from budgeter.tokenizers.promoted import EOG, FIRST_OF, USER_DEFINED
+
+    tok = counter.pieces.tokenizer
+    looked_for = {*EOG, *USER_DEFINED, *(t for group in FIRST_OF for t in group)}
+    texts = sorted({*tok.specials, *looked_for})
+    for text in texts:
+        for sample in (text, f"a {text} b{text}{text}\n"):
+            ids = llamacpp.tokenize(url, sample)
+            assert counter.count_text(sample) == len(ids), sample
+            assert tok.encode_full(sample) == ids, sample
+    return texts
+
+
+def test_special_tokens_and_promoted_entries_count_as_the_server_reads_them(served):
+    counter, url = served
+    if not counter.prefill:  # the vLLM convention reads text as Hugging Face does
+        pytest.skip("the vLLM convention does not mirror llama.cpp's loader")
+    assert len(_special_parity(counter, url)) > 20
+    messages, tools = session(7, chars=6_000)
+    prompt = [*messages, Message("user", "Close the tag: </s> and </s></s>, not <|endoftext|>.")]
+    usage, text, ids = _server_counts(url, prompt, tools, counter)
+    assert "</s>" in text
+    assert counter.count_prompt(prompt, tools) == usage == len(ids)
+
+
+def test_llama3_special_tokens_count_as_the_server_reads_them(llama3_served):
+    counter, url = llama3_served
+    assert len(_special_parity(counter, url)) > 256
+
+
+def test_a_developer_message_is_accepted_and_counted_as_the_server_renders_it(served):
+    """OpenAI's ``developer`` role: llama-server takes it and renders it as ``system``; budgeter
+    keeps it as sent, counts it as that render, and (where the template takes system text only
+    first) returns a request the server accepts."""
+    from budgeter.core.messages import from_openai
+
+    counter, url = served
+    messages, tools = session(8, chars=6_000)
+    first = from_openai({"role": "developer", "content": "Answer tersely."})
+    later = from_openai({"role": "developer", "content": "From now on, answer in French."})
+    assert first.role == later.role == "developer"
+    body = [m for m in messages if m.role != "system"]
+    for prompt in ([first, *body], [first, *body[:3], later, *body[3:]]):
+        usage, text, ids = _server_counts(url, prompt, tools, counter)
+        assert "Answer tersely." in text
+        assert counter.count_prompt(prompt, tools) == usage == len(ids)
+        result = trim(prompt, counter=counter, tools=tools, policy=SMALL)
+        assert result.messages[0] is first
+        usage, _, ids = _server_counts(url, list(result.messages), tools, counter)
+        assert result.tokens == usage == len(ids)
+
+
+def test_lone_surrogates_are_repaired_so_the_server_accepts_and_counts_them(served):
+    """Escaped lone surrogates in a call's arguments (llama-server: HTTP 500) and in content (HTTP
+    400) are made U+FFFD on the way in; the request and its compaction are accepted, counted exactly."""
+    import json
+
+    from budgeter.core.messages import from_openai_list
+
+    counter, url = served
+    messages, tools = session(9, chars=20_000)
+    raw = json.loads(json.dumps([to_openai(m) for m in messages]))
+    call = next(m for m in raw if m.get("tool_calls"))
+    call["tool_calls"][0]["function"]["arguments"] = '{"path": "a.txt", "note": "x \\udc00 y \\ud83d\\ude00"}'
+    raw.append({"role": "user", "content": "odd text: \ud800 here"})
+    prompt = from_openai_list(raw)
+    result = trim(prompt, counter=counter, tools=tools, policy=SMALL)
+    for sent_prompt in (prompt, list(result.messages)):
+        usage, _, ids = _server_counts(url, sent_prompt, tools, counter)
+        assert counter.count_prompt(sent_prompt, tools) == usage == len(ids)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from budgeter.core.chains import Link, list_handle
 from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handles_in, marker
-from budgeter.core.messages import Message, to_openai
+from budgeter.core.messages import INSTRUCTIONS, Message, to_openai
 from budgeter.core.pipeline import (
     Action,
     Context,
@@ -113,7 +113,7 @@ def cut_oversize(view: View, ctx: Context, overshoot: int) -> tuple[View, StepRe
     """Last resort: keep the head and tail of the largest message that can still shrink (never a
     system message). Returns the view unchanged when nothing can shrink."""
     candidates = [(ctx.cost(i.message), p) for p, i in enumerate(view)
-                  if i.message.role != "system" and i.kind is not Kind.DIGEST and _shrinkable(i.message)]
+                  if i.message.role not in INSTRUCTIONS and i.kind is not Kind.DIGEST and _shrinkable(i.message)]
     if not candidates:
         return view, StepReport("cut_oversize", 0, 0)
     cost, pos = max(candidates)
@@ -168,14 +168,14 @@ def fit_exact(view: View, ctx: Context) -> tuple[View, StepReport]:
 
 
 def _check_pinned(view: View, ctx: Context, total: int, *, force: bool = False) -> None:
-    system = [i for i in view if i.message.role == "system"]
+    system = [i for i in view if i.message.role in INSTRUCTIONS]
     pinned = ctx.counter.count_prompt([i.message for i in system], ctx.tools) if system else 0
     if pinned <= ctx.budget and not force:
         return
     names = [f"system message #{i.index} ({ctx.cost(i.message)} tokens)" for i in system]
     if force and pinned <= ctx.budget:
         names += [f"{i.message.role} message #{i.index} ({ctx.cost(i.message)} tokens)"
-                  for i in view if i.message.role != "system"][:6]
+                  for i in view if i.message.role not in INSTRUCTIONS][:6]
     what = f"what must be kept needs {total}" if force else f"pinned content alone needs {pinned}"
     if ctx.tools:
         names.append(f"{len(ctx.tools)} tool schemas")
