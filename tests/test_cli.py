@@ -154,6 +154,8 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
     (["--port", "70000"], "INVALID_SETTINGS"),
     (["-t", "broken"], "INVALID_SETTINGS"),
     (["--default-tokenizer", "gemma-9"], "UNKNOWN_TOKENIZER"),
+    (["--chat-format", "qwen3.6=gemma-3"], "unknown chat format 'gemma-3'; known: chatml, qwen3.6"),
+    (["--chat-format", "nosuch=chatml"], "UNKNOWN_TOKENIZER"),
 ])
 def test_serve_rejects_bad_settings(args, reason, tmp_path):
     out = run("serve", "--metrics-port", "0", "--data-dir", str(tmp_path), *args)
