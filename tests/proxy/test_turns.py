@@ -95,3 +95,21 @@ def test_a_tool_call_cut_by_length_is_stored_truncated_and_never_recovered(proxy
 def _sessions(proxy) -> list[str]:
     infos, _ = proxy.sessions.list_sessions()
     return [i.id for i in infos]
+
+
+def test_tokens_before_is_what_the_client_sent(make_proxy, hf_count):
+    """A fitting prompt whose failed retries the clean-up folds: X-Budgeter-Tokens-Before is the
+    upstream tokenizer's count of the client's own request, not of the prompt sent on."""
+    proxy = make_proxy(window=32768)
+    proxy.upstream.script(Script(content="ok"))
+    call = {"id": "c0", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "", "content": "<html>" + "x" * 3000})}}
+    messages = [SYSTEM, user("make a site")]
+    for k in range(3):
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{**call, "id": f"c{k}"}]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": "rejected: path must not be empty"}]
+    messages.append(user("try again"))
+    raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS)
+    assert raw.headers["x-budgeter-compacted"] == "false"
+    before, after = int(raw.headers["x-budgeter-tokens-before"]), int(raw.headers["x-budgeter-tokens-after"])
+    assert before == hf_count({"messages": messages, "tools": TOOLS}) > after == raw.parse().usage.prompt_tokens
