@@ -114,6 +114,12 @@ def test_bad_input_is_a_clear_error(args, reason):
     assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("stdin", ["[]", '{"messages": []}'])
+def test_trim_of_no_messages_is_a_one_line_error(stdin):
+    out = run("trim", "-", stdin=stdin)
+    assert out.returncode == 2 and out.stderr == "budgeter: INVALID_INPUT: messages must not be empty\n"
+
+
 def test_invalid_role_names_the_field():
     out = run("trim", "-", stdin='{"messages": [{"role": "robot", "content": "x"}]}')
     assert out.returncode == 2 and "messages[0].role" in out.stderr

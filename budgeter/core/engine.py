@@ -244,6 +244,8 @@ def prompt_handles(messages: Sequence[Message], known: Sequence[str] = ()) -> tu
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),
          policy: Policy | None = None) -> BuildResult:
     """Stateless: compact one request body so it fits ``policy.budget`` by the exact count."""
+    if not messages:  # (a server refuses an empty conversation; an empty prompt fits nothing)
+        raise InvalidInput("messages must not be empty", field="messages")
     session = Session(counter, policy=policy, tools=tools)
     session.append(messages)
     return session.build()

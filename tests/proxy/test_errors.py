@@ -59,6 +59,9 @@ def test_budgeter_errors_are_400_with_the_reason_as_code(proxy):
     r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [USER]},
                    headers={"X-Budgeter-Session": "no spaces allowed"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+    for route in ("/chat/completions", "/budgeter/fit"):  # no messages: a clear 400, like `budgeter trim`
+        r = httpx.post(proxy.base_url + route, json={"model": "m", "messages": []})
+        assert r.status_code == 400 and r.json()["error"]["message"] == "messages must not be empty"
 
 
 def test_a_silent_upstream_times_out_instead_of_hanging(make_proxy, upstream):
