@@ -167,7 +167,8 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
         figures.append(MessageFigures(
             i, m.role, names.get(m.tool_call_id or "", "") if m.role == "tool" else
             ",".join(c.name for c in m.tool_calls), _category(m, m.tool_call_id in failed, i in stale, lost),
-            content_kind("\n".join(kind_texts(m))), sum(map(len, texts)), content,
+            "error" if m.role == "tool" and m.tool_call_id in failed else content_kind("\n".join(kind_texts(m))),
+            sum(map(len, texts)), content,
             counter.message_cost(m), lost))
         if progress:
             progress(1)
