@@ -1,7 +1,8 @@
 """The proxy's ASGI app (Starlette): thin handlers over ``ProxySessions`` and an aiohttp client.
 
 Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (passed through),
-``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health``, ``GET /metrics``; anything else
+``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health`` (readiness: store and upstream),
+``GET /health/liveness``, ``GET /metrics``; anything else
 is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads, set up
 to count before it serves (``service.workers.LastIdlePool``).
 """
@@ -358,11 +359,39 @@ class Proxy:
         return body, result
 
     async def health(self, http: HTTPRequest) -> Response:
+        """Readiness: SERVING (200) only while both the store and the upstream answer; else
+        NOT_SERVING (503) with what is down. ``/health/liveness`` is the process alone."""
+        body: dict[str, Any] = {"store": self.sessions.store.name, "upstream": self.url}
         try:
             await self._blocking(self.sessions.store.ping)
         except Exception:
-            return JSONResponse({"status": "NOT_SERVING", "store": self.sessions.store.name}, 503)
-        return JSONResponse({"status": "SERVING", "store": self.sessions.store.name, "upstream": self.url})
+            return JSONResponse({"status": "NOT_SERVING", **body, "store_reachable": False}, 503)
+        why = await self.upstream_down()
+        body |= {"store_reachable": True, "upstream_reachable": not why, **({"upstream_error": why} if why else {})}
+        return JSONResponse({"status": "NOT_SERVING" if why else "SERVING", **body}, 503 if why else 200)
+
+    async def liveness(self, http: HTTPRequest) -> Response:
+        """The process serves (as the gRPC service's ``liveness`` health service): a store or an
+        upstream that is down is no reason to restart it."""
+        return JSONResponse({"status": "SERVING"})
+
+    async def upstream_down(self) -> str:
+        """Why the upstream cannot be reached ('' when it answers, with any status: an upstream
+        that refuses ``GET /models`` still serves completions)."""
+        timeout = aiohttp.ClientTimeout(total=self.settings.upstream_connect_timeout)
+        try:
+            async with self.client.get(f"{self.url}/models", timeout=timeout):
+                return ""
+        except UPSTREAM_ERRORS as exc:
+            return upstream_error(exc, self.url).message
+
+    async def announce(self) -> None:
+        """Say at start whether the upstream answers (once; ``/health`` says it on every probe)."""
+        why = await self.upstream_down()
+        if why:
+            log.warning("%s; /health answers 503 NOT_SERVING until it answers", why)
+        else:
+            log.info("upstream %s answers", self.url)
 
     async def metrics_route(self, http: HTTPRequest) -> Response:
         return Response(generate_latest(self.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
@@ -465,6 +494,7 @@ def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await proxy.announce()
         yield
         await proxy.close()
 
@@ -473,6 +503,7 @@ def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -
         Route("/v1/models", proxy.models, methods=["GET"]),
         Route("/v1/budgeter/fit", proxy.fit, methods=["POST"]),
         Route("/health", proxy.health, methods=["GET"]),
+        Route("/health/liveness", proxy.liveness, methods=["GET"]),
         Route("/metrics", proxy.metrics_route, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
