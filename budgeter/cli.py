@@ -10,7 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from budgeter.core.counting import sent
+from budgeter.core.counting import adaptations, sent
 from budgeter.core.jsonargs import dumps_text
 from budgeter.errors import BudgeterError, InvalidInput
 
@@ -115,12 +115,21 @@ def trim(
         write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
     # what was counted, so the server renders exactly that (a template's rewrite: ``sent``)
     wire = sent(counter, result.messages, tools)
+    warn_adapted(counter, wire)
     if wire is None:
         typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))
     else:
         out = {**body, "messages": wire[0]}
         out.pop("tools", None)
         typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
+
+
+def warn_adapted(counter: Any, wire: Any) -> None:
+    """One line on stderr when the request was rewritten for the template (``wire``: what
+    ``core.counting.sent`` gave): the model does not see it as written."""
+    if wire is not None:
+        notes = "; ".join(a.note for a in adaptations(counter))
+        typer.echo(f"budgeter: warning: the request was rewritten for {counter.name}'s template: {notes}", err=True)
 
 
 def check_reserve(window: int, reserve: int) -> None:
@@ -178,6 +187,7 @@ def render(
         tokens = counter.count_prompt(messages, tools)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
+    warn_adapted(counter, sent(counter, messages, tools))
     sys.stdout.write(text)
     sys.stdout.flush()
     typer.echo(f"# {counter.name}: {tokens} tokens", err=True)

@@ -18,8 +18,8 @@ from budgeter.core.chains import Link, assemble
 from budgeter.core.counting import count_rendered, shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
-from budgeter.core.memo import same_objects
 from budgeter.core.markers import contains_marker, handles_in
+from budgeter.core.memo import same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy

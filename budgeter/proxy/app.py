@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +26,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from budgeter.core.counting import Adaptation
 from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
@@ -133,8 +134,10 @@ class Proxy:
         raw = await read_json(http, self.settings.max_request_bytes)
         request, turn = await self._blocking(self._turn, raw, http.headers.get(SESSION_HEADER, ""))
         self.metrics.built(turn.result)
-        call = Call(request, turn, self._upstream_body(raw, request, turn), turn.result.tokens,
-                    str(raw.get("model", "")), started, headers=report_headers(turn))
+        body, adapted = self._upstream_body(raw, request, turn)
+        self.metrics.adapted(adapted)
+        call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
+                    headers={**report_headers(turn), **notes_header(adapted)})
         forward = forward_headers(http)
         if raw.get("stream") is True:
             return await self._stream(call, forward)
@@ -144,8 +147,10 @@ class Proxy:
         request = Request.of(raw, extra_tools=self.extra_tools)
         return request, self.turns.turn(request, session=session)
 
-    def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn) -> dict[str, Any]:
-        messages, tools = self.turns.wire(turn.result, request.tools)
+    def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn
+                       ) -> tuple[dict[str, Any], tuple[Adaptation, ...]]:
+        """The body sent upstream, and the rewrites for the template it holds (``turns.wire``)."""
+        messages, tools, adapted = self.turns.wire(turn.result, request.tools)
         out = {**raw, "messages": messages}
         if tools != request.tools or self.extra_tools:
             out["tools"] = tools
@@ -154,7 +159,7 @@ class Proxy:
             out.pop("tool_choice", None)
         if "max_tokens" not in raw and "max_completion_tokens" not in raw:
             out["max_tokens"] = self.settings.reserve
-        return out
+        return out, adapted
 
     async def _complete(self, call: Call, forward: dict[str, str]) -> Response:
         for rounds in range(recall.MAX_ROUNDS + 1):
@@ -343,20 +348,23 @@ class Proxy:
             options = raw.pop("budgeter", None) or {}
             if not isinstance(options, dict):
                 raise InvalidInput("budgeter must be an object of policy fields", field="budgeter")
-            body, result = await self._blocking(self._fit, raw, options)
+            body, result, adapted = await self._blocking(self._fit, raw, options)
         except Exception as exc:
             return error_response(exc)
         self.metrics.built(result)
-        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
+        self.metrics.adapted(adapted)
+        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
+                            headers=notes_header(adapted))
 
-    def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any], BuildResult]:
+    def _fit(self, raw: dict[str, Any], options: dict[str, Any]
+             ) -> tuple[dict[str, Any], BuildResult, tuple[Adaptation, ...]]:
         request = Request.of(raw)
         result = self.turns.fit(request, overrides=options)
-        messages, tools = self.turns.wire(result, request.tools)
+        messages, tools, adapted = self.turns.wire(result, request.tools)
         body = {**raw, "messages": messages, **({"tools": tools} if tools else {})}
         if not tools:
             body.pop("tools", None)
-        return body, result
+        return body, result, adapted
 
     async def health(self, http: HTTPRequest) -> Response:
         """Readiness: SERVING (200) only while both the store and the upstream answer; else
@@ -386,12 +394,17 @@ class Proxy:
             return upstream_error(exc, self.url).message
 
     async def announce(self) -> None:
-        """Say at start whether the upstream answers (once; ``/health`` says it on every probe)."""
+        """Say at start whether the upstream answers (once; ``/health`` says it on every probe),
+        and each rewrite of the request the profile makes for its template (the model behind it
+        does not see the request as the agent wrote it)."""
         why = await self.upstream_down()
         if why:
             log.warning("%s; /health answers 503 NOT_SERVING until it answers", why)
         else:
             log.info("upstream %s answers", self.url)
+        for a in await self._blocking(self.turns.adaptations):  # once per profile, not per turn
+            log.warning("tokenizer %s: requests are rewritten for its template (%s): %s", self.turns.tokenizer,
+                        a.kind, a.note)
 
     async def metrics_route(self, http: HTTPRequest) -> Response:
         return Response(generate_latest(self.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
@@ -480,6 +493,15 @@ def report_headers(turn: Turn) -> dict[str, str]:
         "X-Budgeter-Appended": str(turn.appended),
         "X-Budgeter-Forked": str(turn.forked).lower(),
     }
+
+
+def notes_header(adapted: Sequence[Adaptation]) -> dict[str, str]:
+    """``X-Budgeter-Notes``: how the request was rewritten for the model's template (tools sent as
+    text, roles merged, ...), as header-safe ASCII; none when it was sent as given."""
+    if not adapted:
+        return {}
+    text = "; ".join(a.note for a in adapted)
+    return {"X-Budgeter-Notes": "".join(c if " " <= c <= "~" else "?" for c in text)}
 
 
 async def not_found(http: HTTPRequest, exc: Exception) -> Response:

@@ -265,4 +265,5 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
                      "as one raw parameter named arguments")
     notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
-                           drops_reasoning=found.drops_reasoning)
+                           drops_reasoning=found.drops_reasoning,
+                           adaptations=[*caps.adaptations(), *found.adaptations()])
