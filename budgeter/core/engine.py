@@ -26,7 +26,7 @@ from budgeter.core.policy import Policy
 from budgeter.core.rope import Text
 from budgeter.core.steps import ALWAYS, COMPACT
 from budgeter.core.typing import JSONDict, PromptCounter
-from budgeter.errors import InvalidInput, PayloadNotFound, TemplateError
+from budgeter.errors import InvalidInput, PayloadNotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +175,7 @@ class Session:
             return tidied
         try:
             return count_rendered(self.counter, history, self.tools, memo=self._received_memo)[0]
-        except TemplateError:
+        except Exception:  # any template or encoder refusal: a report figure never fails a build
             return sum(map(self.counter.message_cost, history))
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
