@@ -10,7 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from budgeter.core.counting import sent
+from budgeter.core.counting import adaptations, sent
 from budgeter.core.jsonargs import dumps_text
 from budgeter.errors import BudgeterError, InvalidInput
 
@@ -115,12 +115,21 @@ def trim(
         write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
     # what was counted, so the server renders exactly that (a template's rewrite: ``sent``)
     wire = sent(counter, result.messages, tools)
+    warn_adapted(counter, wire)
     if wire is None:
         typer.echo(dumps_text({**body, "messages": result.openai_messages()}, indent=1))
     else:
         out = {**body, "messages": wire[0]}
         out.pop("tools", None)
         typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
+
+
+def warn_adapted(counter: Any, wire: Any) -> None:
+    """One line on stderr when the request was rewritten for the template (``wire``: what
+    ``core.counting.sent`` gave): the model does not see it as written."""
+    if wire is not None:
+        notes = "; ".join(a.note for a in adaptations(counter))
+        typer.echo(f"budgeter: warning: the request was rewritten for {counter.name}'s template: {notes}", err=True)
 
 
 def check_reserve(window: int, reserve: int) -> None:
@@ -178,6 +187,7 @@ def render(
         tokens = counter.count_prompt(messages, tools)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
+    warn_adapted(counter, sent(counter, messages, tools))
     sys.stdout.write(text)
     sys.stdout.flush()
     typer.echo(f"# {counter.name}: {tokens} tokens", err=True)
@@ -393,6 +403,9 @@ def serve(
         show_default="none")] = None,
     default_tokenizer: Annotated[str | None, typer.Option(
         help="Profile used when a request names none.", show_default="qwen3.6")] = None,
+    chat_format: Annotated[list[str] | None, typer.Option(help=(
+        "A profile's chat format NAME=FORMAT (repeatable): chatml, qwen3.6, qwen2.5, gemma3 or a .jinja "
+        "file; required for a tokenizer that ships no template."), show_default="none")] = None,
     metrics_port: Annotated[int | None, typer.Option(
         help="Prometheus /metrics port; 0 turns it off.", show_default="9464")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML file with any of these settings.",
@@ -421,7 +434,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings(config, host=host, port=port, store=store, data_dir=data_dir,
-                                 tokenizers=tokenizer, default_tokenizer=default_tokenizer,
+                                 tokenizers=tokenizer, default_tokenizer=default_tokenizer, chat_formats=chat_format,
                                  metrics_port=metrics_port, auth_tokens_file=auth_tokens_file,
                                  tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca, cpus=cpus)
         settings.tokens()
@@ -444,6 +457,9 @@ def proxy(
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help=(
         "The upstream model's tokenizer: a built-in name or a path (model folder, tokenizer.json, "
         ".gguf). [default: qwen3.6]"))] = None,
+    chat_format: Annotated[str | None, typer.Option(help=(
+        "The chat template the upstream renders: chatml, qwen3.6, qwen2.5, gemma3 or a .jinja file; "
+        "required for a tokenizer that ships none (a GGUF without one). [default: the tokenizer's]"))] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port. [default: 8400]")] = None,
     window: Annotated[int | None, typer.Option(help="The model's context window. [default: 32768]")] = None,
@@ -482,6 +498,9 @@ def proxy(
                                  cpus=cpus)
         if settings.reserve >= settings.window:
             raise ValueError(f"reserve ({settings.reserve}) must be smaller than the window ({settings.window})")
+        if chat_format:  # for the profile the proxy counts with
+            settings = settings.model_copy(update={"chat_formats": {
+                **settings.chat_formats, settings.default_tokenizer: chat_format}})
     except (ValidationError, ValueError, OSError) as exc:
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
     from budgeter.proxy.server import serve as run

@@ -21,6 +21,7 @@ The gRPC layer maps these classes to status codes in one table; the CLI prints
     ├── PinnedOverBudget           FAILED_PRECONDITION (pinned content alone exceeds the budget)
     ├── TemplateError              FAILED_PRECONDITION (the chat template cannot render the input)
     └── TokenizerLoadError         FAILED_PRECONDITION (a tokenizer spec exists but cannot be loaded)
+        └── NoChatTemplate         reason NO_CHAT_TEMPLATE (the tokenizer ships none and none was named)
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ class TemplateError(BudgeterError):
 
 class TokenizerLoadError(BudgeterError):
     reason = "TOKENIZER_LOAD_ERROR"
+
+
+class NoChatTemplate(TokenizerLoadError):
+    """A tokenizer that ships no chat template, with no ``chat_format`` named: counting it with a
+    guessed template would be off on every turn."""
+
+    reason = "NO_CHAT_TEMPLATE"
 
 
 class RequestIdReused(InvalidInput):

@@ -77,6 +77,9 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
 
     console = Console()
     console.print(waste_headline(profiles[0]))
+    for p in profiles:
+        if p.get("adapted"):
+            console.print(adapted_line(p))
     names = [p["tokenizer"] for p in profiles]
     summary = Table(title="Session under each tokenizer")
     for col in ("tokenizer", "tokens", "of window", "template overhead", "waste", "load s", "MB/s"):
@@ -118,6 +121,15 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
         console.print(f"Compaction at {first['window']:,}: {c['tokens_before']:,} -> {c['tokens_after']:,} "
                       f"tokens (budget {c['budget']:,}; {c['utilization']:.0%} of the window)"
                       + (f": {steps}" if steps else ""))
+
+
+def adapted_line(p: dict[str, Any]) -> str:
+    """The warning that the model behind this profile does not see the session as written (rich
+    markup)."""
+    from rich.markup import escape
+
+    return (f"[bold yellow]Sent rewritten for {escape(p['tokenizer'])}'s template:[/] "
+            + escape("; ".join(p["adapted"])))
 
 
 def waste_headline(p: dict[str, Any]) -> str:

@@ -212,7 +212,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin-top:28px}table{border-
 td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:right}th{background:#f8f9fa}
 td:first-child,th:first-child{text-align:left}.note{color:#6c757d;font-size:12px}
 .headline{border-left:6px solid #a4161a;background:#fff5f5;padding:10px 16px;margin:12px 0}
-.headline .big{font-size:20px}.headline p{margin:6px 0}"""
+.headline .big{font-size:20px}.headline p{margin:6px 0}.adapted{background:#fff3cd;padding:6px 10px}"""
 
 
 def failures_table(p: dict[str, Any]) -> str:
@@ -236,7 +236,10 @@ def render(profiles: Sequence[dict[str, Any]], *, source: str) -> str:
                   m["tokens"]) for m in first["top"]], ["#", "role", "tool", "category", "kind", "tokens"])
     sections = [
         f"<h1>budgeter profile</h1><p class='note'>{esc(source)} · {len(first['messages'])} messages · "
-        f"window {first['window']:,}</p>", waste_headline(first), "<h2>Summary</h2>", summary,
+        f"window {first['window']:,}</p>", waste_headline(first),
+        *(f"<p class='adapted'><b>Sent rewritten for {esc(p['tokenizer'])}'s template:</b> "
+          f"{esc('; '.join(p['adapted']))}</p>" for p in profiles if p.get("adapted")),
+        "<h2>Summary</h2>", summary,
         "<h2>Window composition (tokens)</h2>", composition_svg(profiles),
         f"<h2>Tokens per message ({esc(first['tokenizer'])})</h2>", timeline_svg(first),
         "<h2>Heaviest messages</h2>", top,

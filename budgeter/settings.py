@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     redis_prefix: str = "budgeter"
     tokenizers: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     """Extra profiles NAME -> SPEC (path or built-in name), offered beside the built-ins."""
+    chat_formats: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Profile NAME -> chat format (``chatml``, a carried template such as ``gemma3``, or a
+    ``.jinja`` file): the template the model's server renders, for a tokenizer that ships none
+    (required there) or to override the one it ships."""
     default_tokenizer: str = DEFAULT
     preload: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Profiles loaded at start-up (the default profile always is)."""
@@ -118,7 +122,7 @@ class Settings(BaseSettings):
     more is a 502 ``UPSTREAM_TOO_LARGE``. A reply whose message is over ``max_message_bytes``
     cannot be stored and is refused the same way."""
 
-    @field_validator("tokenizers", "auth_tokens", mode="before")
+    @field_validator("tokenizers", "chat_formats", "auth_tokens", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:
         """Accept ``["NAME=SPEC", ...]`` (flags) and ``"A=x,B=y"`` (environment)."""

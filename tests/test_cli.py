@@ -114,6 +114,12 @@ def test_bad_input_is_a_clear_error(args, reason):
     assert out.returncode == 2 and reason in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("stdin", ["[]", '{"messages": []}'])
+def test_trim_of_no_messages_is_a_one_line_error(stdin):
+    out = run("trim", "-", stdin=stdin)
+    assert out.returncode == 2 and out.stderr == "budgeter: INVALID_INPUT: messages must not be empty\n"
+
+
 def test_invalid_role_names_the_field():
     out = run("trim", "-", stdin='{"messages": [{"role": "robot", "content": "x"}]}')
     assert out.returncode == 2 and "messages[0].role" in out.stderr
@@ -154,6 +160,8 @@ def test_file_tool_flags_name_custom_tools(tmp_path):
     (["--port", "70000"], "INVALID_SETTINGS"),
     (["-t", "broken"], "INVALID_SETTINGS"),
     (["--default-tokenizer", "gemma-9"], "UNKNOWN_TOKENIZER"),
+    (["--chat-format", "qwen3.6=gemma-3"], "unknown chat format 'gemma-3'; known: chatml, qwen3.6"),
+    (["--chat-format", "nosuch=chatml"], "UNKNOWN_TOKENIZER"),
 ])
 def test_serve_rejects_bad_settings(args, reason, tmp_path):
     out = run("serve", "--metrics-port", "0", "--data-dir", str(tmp_path), *args)

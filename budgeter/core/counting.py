@@ -16,6 +16,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from budgeter.core import incremental
@@ -32,6 +33,20 @@ LOOKAHEAD = 256
 any special token, with room for the whitespace a stripping token takes beside it."""
 Adapter = Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]],
                    tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Adaptation:
+    """A rewrite of the request a profile makes for its template (and sends, so the server renders
+    what was counted): ``kind`` names it for metrics, ``note`` says it for people."""
+
+    kind: str
+    note: str
+
+
+def adaptations(counter: Any) -> tuple[Adaptation, ...]:
+    """The rewrites ``counter``'s profile makes (found once, when it loaded); () for none."""
+    return tuple(getattr(counter, "adaptations", ()))
 
 
 def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:
@@ -299,12 +314,15 @@ class TemplateCounter:
         notes: Sequence[str] = (),
         drops_reasoning: bool = False,
         prefill: bool = False,
+        adaptations: Sequence[Adaptation] = (),
     ) -> None:
         self.name = name
         self.prefill = prefill
         """A conversation that ends with an assistant message is a prefill (``prefilled``): the
         server continues that message and opens no new turn (llama.cpp's server)."""
         self._marks: tuple[str, str] | None | bool = False
+        self.adaptations = tuple(adaptations)
+        """The rewrites of the request this profile makes for its template (``Adaptation``)."""
         self.format = fmt
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budgeter.core.chains import Link, assemble
-from budgeter.core.counting import shared_prefix
+from budgeter.core.counting import count_rendered, shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
 from budgeter.core.markers import contains_marker, handles_in
+from budgeter.core.memo import same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
@@ -41,6 +42,7 @@ class BuildResult:
     tokens: int
     budget: int
     tokens_before: int
+    """The exact count of the request as received (the session's whole history), before any step."""
     compacted: bool
     extends_previous: bool
     prefix_changed_at: int
@@ -106,6 +108,8 @@ class Session:
         self._settled = False
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
+        self._received_memo = RenderMemo()
+        """The previous render of the history as received (``tokens_before``)."""
 
     def payload(self, handle: str) -> str:
         """What ``handle`` stands for in a prompt: an elided payload, or the messages a digest
@@ -148,8 +152,9 @@ class Session:
         self._failures_seen = len(changed)
         view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
         view, steps = run(ALWAYS, view, ctx)
-        before = ctx.exact(view)
-        compacted = before > self.policy.budget
+        tidied = ctx.exact(view)
+        before = self._received(view, tidied)
+        compacted = tidied > self.policy.budget
         if compacted:
             view, more = run(COMPACT, view, ctx)
             steps += more
@@ -159,6 +164,19 @@ class Session:
         self._planned = len(self.log)
         self._settled = not compacted
         return self._result(view, before, compacted, steps, ctx)
+
+    def _received(self, view: View, tidied: int) -> int:
+        """The exact count of the history as the client sent it, before any step: ``tidied`` (the
+        view's count) when the view is the history itself, else the history rendered with its own
+        memo (it only grows, so a build renders only its tail). A history the template refuses as
+        sent (the steps made it renderable) is priced by its messages' costs."""
+        history = self.log.messages
+        if len(view) == len(history) and same_objects(list(map(_message, view)), history) == len(history):
+            return tidied
+        try:
+            return count_rendered(self.counter, history, self.tools, memo=self._received_memo)[0]
+        except Exception:  # any template or encoder refusal: a report figure never fails a build
+            return sum(map(self.counter.message_cost, history))
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
                 ctx: Context) -> BuildResult:
@@ -196,6 +214,10 @@ class Session:
         return sums[same]
 
 
+def _message(item: Item) -> Message:
+    return item.message
+
+
 _handles_memo: dict[Message, tuple[str, ...]] = {}
 
 
@@ -222,6 +244,8 @@ def prompt_handles(messages: Sequence[Message], known: Sequence[str] = ()) -> tu
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),
          policy: Policy | None = None) -> BuildResult:
     """Stateless: compact one request body so it fits ``policy.budget`` by the exact count."""
+    if not messages:  # (a server refuses an empty conversation; an empty prompt fits nothing)
+        raise InvalidInput("messages must not be empty", field="messages")
     session = Session(counter, policy=policy, tools=tools)
     session.append(messages)
     return session.build()

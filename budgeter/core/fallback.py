@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from budgeter.core.counting import Adapter
+from budgeter.core.counting import Adaptation, Adapter
 from budgeter.core.memo import IdentityMemo, Walks, same_objects
 from budgeter.core.typing import ChatFormat
 
@@ -46,20 +46,28 @@ class Capabilities:
     alternation_free: bool
     system_anywhere: bool = True
 
-    def notes(self) -> list[str]:
+    def adaptations(self) -> list[Adaptation]:
+        """Each rewrite of the request this template needs (all are sent as counted)."""
         out = []
         if not self.tools:
-            out.append("template does not render tool schemas: counted as a system message")
+            out.append(Adaptation("tools_as_text", "template does not render tool schemas: counted (and sent) as "
+                                  "a system message"))
         if not self.tool_calls:
-            out.append("template does not render tool calls: counted as <tool_call> text")
+            out.append(Adaptation("tool_calls_as_text", "template does not render tool calls: counted (and sent) "
+                                  "as <tool_call> text"))
         if not self.tool_role:
-            out.append("template cannot render tool results: counted as user messages")
+            out.append(Adaptation("tool_results_as_user", "template cannot render tool results: counted (and "
+                                  "sent) as user messages"))
         if not self.system_anywhere:
-            out.append("template takes a system message only at the start: a later one is counted (and sent) "
-                       "as a user message")
+            out.append(Adaptation("system_as_user", "template takes a system message only at the start: a later "
+                                  "one is counted (and sent) as a user message"))
         if not self.alternation_free:
-            out.append("template requires alternating roles: consecutive messages merged")
+            out.append(Adaptation("roles_merged", "template requires alternating roles: consecutive messages "
+                                  "merged (and sent merged)"))
         return out
+
+    def notes(self) -> list[str]:
+        return [a.note for a in self.adaptations()]
 
     @property
     def system_only(self) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budgeter.core.classify import FileOp, ResultStatus
+from budgeter.core.counting import adaptations, sent
 from budgeter.core.engine import trim
 from budgeter.core.facts import History
 from budgeter.core.jsonargs import ArgStatus, loads_object
@@ -78,6 +79,9 @@ class Profile:
     notes: list[str] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     """Each failed call: its message, tool and the evidence it was taken as failed on."""
+    adapted: list[str] = field(default_factory=list)
+    """How this session is rewritten for the template when sent (``core.counting.sent``); [] when it
+    is sent as given."""
 
     def top(self, n: int = 10) -> list[MessageFigures]:
         return sorted(self.messages, key=lambda m: (-m.tokens, m.index))[:n]
@@ -94,7 +98,7 @@ class Profile:
             "top": [_fig(m) for m in self.top(top)], "messages": [_fig(m) for m in self.messages],
             "load_seconds": round(self.load_seconds, 4),
             "encode_mb_per_s": round(self.encode_mb_per_s, 2), "notes": self.notes,
-            "failures": self.failures,
+            "failures": self.failures, "adapted": self.adapted,
         }
 
 
@@ -167,7 +171,8 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
         figures.append(MessageFigures(
             i, m.role, names.get(m.tool_call_id or "", "") if m.role == "tool" else
             ",".join(c.name for c in m.tool_calls), _category(m, m.tool_call_id in failed, i in stale, lost),
-            content_kind("\n".join(kind_texts(m))), sum(map(len, texts)), content,
+            "error" if m.role == "tool" and m.tool_call_id in failed else content_kind("\n".join(kind_texts(m))),
+            sum(map(len, texts)), content,
             counter.message_cost(m), lost))
         if progress:
             progress(1)
@@ -177,7 +182,8 @@ def profile(messages: Sequence[Message], *, counter: PromptCounter, tools: Seque
                   _by_tool(figures), _by_kind(figures), waste, rank_waste(waste, figures, total),
                   _compaction(messages, counter, tools, policy), load_seconds,
                   encode_throughput(counter, [t for m in messages for t in content_texts(m)]),
-                  list(counter.notes), failed_calls(log))
+                  list(counter.notes), failed_calls(log),
+                  [a.note for a in adaptations(counter)] if sent(counter, messages, tools) is not None else [])
     return out
 
 

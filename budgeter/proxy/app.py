@@ -1,7 +1,8 @@
 """The proxy's ASGI app (Starlette): thin handlers over ``ProxySessions`` and an aiohttp client.
 
 Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (passed through),
-``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health``, ``GET /metrics``; anything else
+``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health`` (readiness: store and upstream),
+``GET /health/liveness``, ``GET /metrics``; anything else
 is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads, set up
 to count before it serves (``service.workers.LastIdlePool``).
 """
@@ -12,7 +13,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from budgeter.core.counting import Adaptation
 from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
@@ -132,8 +134,10 @@ class Proxy:
         raw = await read_json(http, self.settings.max_request_bytes)
         request, turn = await self._blocking(self._turn, raw, http.headers.get(SESSION_HEADER, ""))
         self.metrics.built(turn.result)
-        call = Call(request, turn, self._upstream_body(raw, request, turn), turn.result.tokens,
-                    str(raw.get("model", "")), started, headers=report_headers(turn))
+        body, adapted = self._upstream_body(raw, request, turn)
+        self.metrics.adapted(adapted)
+        call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
+                    headers={**report_headers(turn), **notes_header(adapted)})
         forward = forward_headers(http)
         if raw.get("stream") is True:
             return await self._stream(call, forward)
@@ -143,8 +147,10 @@ class Proxy:
         request = Request.of(raw, extra_tools=self.extra_tools)
         return request, self.turns.turn(request, session=session)
 
-    def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn) -> dict[str, Any]:
-        messages, tools = self.turns.wire(turn.result, request.tools)
+    def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn
+                       ) -> tuple[dict[str, Any], tuple[Adaptation, ...]]:
+        """The body sent upstream, and the rewrites for the template it holds (``turns.wire``)."""
+        messages, tools, adapted = self.turns.wire(turn.result, request.tools)
         out = {**raw, "messages": messages}
         if tools != request.tools or self.extra_tools:
             out["tools"] = tools
@@ -153,7 +159,7 @@ class Proxy:
             out.pop("tool_choice", None)
         if "max_tokens" not in raw and "max_completion_tokens" not in raw:
             out["max_tokens"] = self.settings.reserve
-        return out
+        return out, adapted
 
     async def _complete(self, call: Call, forward: dict[str, str]) -> Response:
         for rounds in range(recall.MAX_ROUNDS + 1):
@@ -342,27 +348,63 @@ class Proxy:
             options = raw.pop("budgeter", None) or {}
             if not isinstance(options, dict):
                 raise InvalidInput("budgeter must be an object of policy fields", field="budgeter")
-            body, result = await self._blocking(self._fit, raw, options)
+            body, result, adapted = await self._blocking(self._fit, raw, options)
         except Exception as exc:
             return error_response(exc)
         self.metrics.built(result)
-        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
+        self.metrics.adapted(adapted)
+        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
+                            headers=notes_header(adapted))
 
-    def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any], BuildResult]:
+    def _fit(self, raw: dict[str, Any], options: dict[str, Any]
+             ) -> tuple[dict[str, Any], BuildResult, tuple[Adaptation, ...]]:
         request = Request.of(raw)
         result = self.turns.fit(request, overrides=options)
-        messages, tools = self.turns.wire(result, request.tools)
+        messages, tools, adapted = self.turns.wire(result, request.tools)
         body = {**raw, "messages": messages, **({"tools": tools} if tools else {})}
         if not tools:
             body.pop("tools", None)
-        return body, result
+        return body, result, adapted
 
     async def health(self, http: HTTPRequest) -> Response:
+        """Readiness: SERVING (200) only while both the store and the upstream answer; else
+        NOT_SERVING (503) with what is down. ``/health/liveness`` is the process alone."""
+        body: dict[str, Any] = {"store": self.sessions.store.name, "upstream": self.url}
         try:
             await self._blocking(self.sessions.store.ping)
         except Exception:
-            return JSONResponse({"status": "NOT_SERVING", "store": self.sessions.store.name}, 503)
-        return JSONResponse({"status": "SERVING", "store": self.sessions.store.name, "upstream": self.url})
+            return JSONResponse({"status": "NOT_SERVING", **body, "store_reachable": False}, 503)
+        why = await self.upstream_down()
+        body |= {"store_reachable": True, "upstream_reachable": not why, **({"upstream_error": why} if why else {})}
+        return JSONResponse({"status": "NOT_SERVING" if why else "SERVING", **body}, 503 if why else 200)
+
+    async def liveness(self, http: HTTPRequest) -> Response:
+        """The process serves (as the gRPC service's ``liveness`` health service): a store or an
+        upstream that is down is no reason to restart it."""
+        return JSONResponse({"status": "SERVING"})
+
+    async def upstream_down(self) -> str:
+        """Why the upstream cannot be reached ('' when it answers, with any status: an upstream
+        that refuses ``GET /models`` still serves completions)."""
+        timeout = aiohttp.ClientTimeout(total=self.settings.upstream_connect_timeout)
+        try:
+            async with self.client.get(f"{self.url}/models", timeout=timeout):
+                return ""
+        except UPSTREAM_ERRORS as exc:
+            return upstream_error(exc, self.url).message
+
+    async def announce(self) -> None:
+        """Say at start whether the upstream answers (once; ``/health`` says it on every probe),
+        and each rewrite of the request the profile makes for its template (the model behind it
+        does not see the request as the agent wrote it)."""
+        why = await self.upstream_down()
+        if why:
+            log.warning("%s; /health answers 503 NOT_SERVING until it answers", why)
+        else:
+            log.info("upstream %s answers", self.url)
+        for a in await self._blocking(self.turns.adaptations):  # once per profile, not per turn
+            log.warning("tokenizer %s: requests are rewritten for its template (%s): %s", self.turns.tokenizer,
+                        a.kind, a.note)
 
     async def metrics_route(self, http: HTTPRequest) -> Response:
         return Response(generate_latest(self.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
@@ -453,6 +495,15 @@ def report_headers(turn: Turn) -> dict[str, str]:
     }
 
 
+def notes_header(adapted: Sequence[Adaptation]) -> dict[str, str]:
+    """``X-Budgeter-Notes``: how the request was rewritten for the model's template (tools sent as
+    text, roles merged, ...), as header-safe ASCII; none when it was sent as given."""
+    if not adapted:
+        return {}
+    text = "; ".join(a.note for a in adapted)
+    return {"X-Budgeter-Notes": "".join(c if " " <= c <= "~" else "?" for c in text)}
+
+
 async def not_found(http: HTTPRequest, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     what = "no such route" if status == 404 else "method not allowed"
@@ -465,6 +516,7 @@ def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await proxy.announce()
         yield
         await proxy.close()
 
@@ -473,6 +525,7 @@ def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -
         Route("/v1/models", proxy.models, methods=["GET"]),
         Route("/v1/budgeter/fit", proxy.fit, methods=["POST"]),
         Route("/health", proxy.health, methods=["GET"]),
+        Route("/health/liveness", proxy.liveness, methods=["GET"]),
         Route("/metrics", proxy.metrics_route, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

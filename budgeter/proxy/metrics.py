@@ -4,9 +4,11 @@ proof of exactness and the proxy's own overhead."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 
+from budgeter.core.counting import Adaptation
 from budgeter.service.metrics import BUCKETS, Metrics
 
 log = logging.getLogger("budgeter.proxy")
@@ -30,8 +32,16 @@ class ProxyMetrics(Metrics):
         self.upstream_seconds = Histogram(
             "budgeter_proxy_upstream_duration_seconds", "Upstream time per chat completion, by "
             "HTTP status.", ["status"], buckets=BUCKETS, registry=self.registry)
+        self.adapted_requests = Counter(
+            "budgeter_proxy_adapted_requests", "Requests sent upstream rewritten for the model's template, "
+            "by kind of rewrite (tools_as_text, roles_merged, system_as_user, ...).", ["kind"],
+            registry=self.registry)
         self.recalls = Counter(
             "budgeter_proxy_recalls", "budgeter_recall calls answered by the proxy.", registry=self.registry)
+
+    def adapted(self, adaptations: Sequence[Adaptation]) -> None:
+        for a in adaptations:
+            self.adapted_requests.labels(a.kind).inc()
 
     def exactness(self, *, model: str, counted: int, reported: int | None, session: str) -> None:
         if reported is None:

@@ -33,7 +33,8 @@ def open_sessions(settings: Settings) -> Sessions:
     if settings.store_url.startswith(("redis", "unix://")):
         options["prefix"] = settings.redis_prefix
     store = open_store(settings.store_url, **options)
-    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
+    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer,
+                        formats=settings.chat_formats)
     profiles.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
                     settings.max_sessions, settings.live_sessions, settings.live_bytes)
@@ -171,8 +172,10 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     try:
         sock = _bind(settings)
         port = sock.getsockname()[1]
+        chat_format = settings.chat_formats.get(settings.default_tokenizer)
+        shown = f", chat format {chat_format}" if chat_format else ""
         print(f"budgeter proxy: serving on http://{settings.host}:{port}/v1 -> {settings.upstream} "
-              f"(store {settings.store_url}, tokenizer {settings.default_tokenizer})", flush=True)
+              f"(store {settings.store_url}, tokenizer {settings.default_tokenizer}{shown})", flush=True)
         _Server(_config(settings, sessions, log_level=log_level)).run(sockets=[sock])
     finally:
         sessions.store.close()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from budgeter.core.counting import Adaptation, adaptations
 from budgeter.core.engine import BuildResult, trim
 from budgeter.core.messages import Message, from_openai_list
 from budgeter.core.policy import policy_from_dict
@@ -166,10 +167,16 @@ class ProxySessions:
         with self.sessions.profiles.lock(self.tokenizer):
             return trim(request.messages, counter=counter, tools=request.tools, policy=policy)
 
-    def wire(self, result: BuildResult, tools: Sequence[JSONDict]) -> tuple[list[JSONDict], list[JSONDict]]:
+    def wire(self, result: BuildResult, tools: Sequence[JSONDict]
+             ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
         """The prompt's messages and tools as sent upstream: what the counter counted
-        (``core.counting.sent``), so the server renders exactly that and never rejects it."""
+        (``core.counting.sent``), so the server renders exactly that and never rejects it; and the
+        rewrites that made it, where it was rewritten."""
         return self.sessions.sent(self.tokenizer, result.messages, tools)
+
+    def adaptations(self) -> tuple[Adaptation, ...]:
+        """The rewrites the proxy's profile makes for its template (found when it loaded)."""
+        return adaptations(self.sessions.profiles.counter(self.tokenizer))
 
     def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens

@@ -17,6 +17,7 @@ from budgeter.core.messages import Message, ToolCall
 from budgeter.core.typing import PromptCounter
 from budgeter.errors import UnknownTokenizer
 from budgeter.tokenizers import available, resolve
+from budgeter.tokenizers.formats import check_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +29,21 @@ class Profile:
 
 
 class Profiles:
-    def __init__(self, extra: Mapping[str, str] | None = None, *, default: str) -> None:
+    def __init__(self, extra: Mapping[str, str] | None = None, *, default: str,
+                 formats: Mapping[str, str] | None = None) -> None:
+        """``formats``: profile name -> chat format (``resolve``'s ``chat_format``), checked here,
+        before any profile loads."""
         builtins = available()
         self._specs = {name: name for name in builtins} | dict(extra or {})
         self._desc = {name: builtins.get(spec, spec) for name, spec in self._specs.items()}
         self.default = default
         self._locks = {name: threading.RLock() for name in self._specs}
         self.spec(default)
+        self._formats = dict(formats or {})
+        for name, chat_format in self._formats.items():
+            self.spec(name)
+            check_format(chat_format)
+            self._desc[name] += f" (chat format {chat_format})"
 
     def name(self, name: str) -> str:
         """The profile name, the default for an empty one; unknown names raise."""
@@ -50,7 +59,7 @@ class Profiles:
         return spec
 
     def counter(self, name: str) -> PromptCounter:
-        return resolve(self.spec(name))
+        return resolve(self.spec(name), chat_format=self._formats.get(name or self.default))
 
     def lock(self, name: str) -> threading.RLock:
         return self._locks[self.name(name)]

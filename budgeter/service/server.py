@@ -126,7 +126,8 @@ def create_server(settings: Settings, *, store: SessionStore | None = None, read
 
 
 def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]], ready: bool) -> Server:
-    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer)
+    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer,
+                        formats=settings.chat_formats)
     for name in {settings.default_tokenizer, *settings.preload}:
         profiles.counter(name)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,

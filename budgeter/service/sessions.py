@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from budgeter.core.chains import LINK, Link, assemble
-from budgeter.core.counting import sent
+from budgeter.core.counting import Adaptation, adaptations, sent
 from budgeter.core.engine import BuildResult, Session
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.messages import Message, to_openai
@@ -240,13 +240,16 @@ class Sessions:
         return temp.build()
 
     def sent(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict]
-             ) -> tuple[list[JSONDict], list[JSONDict]]:
-        """The request to send for a prompt counted under ``tokenizer``: what it counted."""
+             ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
+        """The request to send for a prompt counted under ``tokenizer``: what it counted, and the
+        profile's rewrites for its template where it was rewritten (else ())."""
         name = self.profiles.name(tokenizer)
         counter = self.profiles.counter(name)
         with self.profiles.lock(name):
             got = sent(counter, messages, tools)
-        return got if got is not None else ([to_openai(m) for m in messages], list(tools))
+        if got is None:
+            return [to_openai(m) for m in messages], list(tools), ()
+        return got[0], got[1], adaptations(counter)
 
     def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
               tools: Sequence[JSONDict] = ()) -> CountResult:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
-from budgeter.core.counting import later_system
+from budgeter.core.counting import Adaptation, later_system
 from budgeter.core.memo import IdentityMemo, Walks
 from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
@@ -510,12 +510,13 @@ class MistralCounter:
         self.off = ""
         """Why builds no longer reuse mistral-common's earlier work ('' while they do)."""
 
+    adaptations = (Adaptation("system_as_user", "a system message right after an assistant message or a tool "
+                              "result (mistral-common refuses it) is counted and sent as a user message"),)
+
     @property
     def notes(self) -> tuple[str, ...]:
         backend = self._lengths.backend
-        notes = ["mistral-common request encoding (exact, memoized per message)",
-                 "a system message right after an assistant message or a tool result (mistral-common "
-                 "refuses it) is counted and sent as a user message",
+        notes = ["mistral-common request encoding (exact, memoized per message)", self.adaptations[0].note,
                  f"count backend: {backend}" + (" (ids checked equal at load)" if backend != "tiktoken" else "")]
         if self.off:
             notes.append(f"renders: {self.off}")

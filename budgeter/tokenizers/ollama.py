@@ -131,12 +131,10 @@ def literal_pieces(go_template: str) -> list[str]:
     return pieces
 
 
-def compare(go_template: str | None, fmt: ChatFormat | None) -> tuple[bool, str]:
+def compare(go_template: str | None, fmt: ChatFormat) -> tuple[bool, str]:
     """(agree, what the report says) for Ollama's Go template against the Jinja format counted."""
     if not go_template:
         return False, "Ollama manifest has no TEMPLATE layer (Ollama sends the raw prompt): count is approximate"
-    if fmt is None:
-        return False, "the GGUF embeds no Jinja template: count uses budgeter's chatml and is approximate"
     convo = [{"role": "system", "content": "zqsys"}, {"role": "user", "content": "zquser"},
              {"role": "assistant", "content": "zqanswer"}, {"role": "user", "content": "zqnext"}]
     tools_in_go = ".Tools" in go_template

@@ -7,8 +7,10 @@ A SPEC is a built-in name (see ``BUILTINS``) or a path, optionally followed by `
 - a bare ``tokenizer.json``;
 - a ``.gguf`` file (embedded tokenizer and template);
 - a ``.tiktoken`` vocabulary (o200k-style split pattern, ChatML special tokens).
-Built-ins render their model's published chat template (``templates/``). Where a tokenizer ships
-no template, budgeter's own ``chatml`` format is used; ``chat_format`` overrides.
+Built-ins render their model's published chat template (``templates/``). ``chat_format`` overrides
+a template, and a tokenizer that ships none needs one: without it, loading it is refused
+(``NoChatTemplate``), never counted with a guessed format. Names (the format, the server suffix)
+are checked before anything loads.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from budgeter.core.counting import TemplateCounter
 from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
-from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTokenizer
+from budgeter.errors import InvalidTokenizerSpec, NoChatTemplate, TokenizerLoadError, UnknownTokenizer
 from budgeter.tokenizers import ollama, rules, servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, promoted_ranks, tiktoken_file
 from budgeter.tokenizers.formats import (
@@ -32,6 +34,8 @@ from budgeter.tokenizers.formats import (
     TEMPLATES,
     JinjaFormat,
     builtin_template,
+    check_format,
+    known_formats,
     named_format,
 )
 from budgeter.tokenizers.odd import ODD
@@ -123,6 +127,9 @@ def available() -> dict[str, str]:
 def resolve(spec: str | None = None, *, chat_format: str | None = None,
             server: str | None = None) -> PromptCounter:
     base, suffix = servers.split_spec(spec or DEFAULT)
+    check_format(chat_format)
+    if suffix is None:
+        _check_suffix(base)
     opts = Options(chat_format, servers.check(server or suffix))
     key = (base, chat_format, opts.server)
     with _lock:
@@ -130,6 +137,16 @@ def resolve(spec: str | None = None, *, chat_format: str | None = None,
         if counter is None:
             counter = _cache[key] = _load(base, opts)
         return counter
+
+
+def _check_suffix(spec: str) -> None:
+    """``NAME@SERVER`` with an unknown SERVER, where NAME is a built-in, an Ollama model or an
+    existing path (and the whole spec is no path): an unknown server, not a missing file."""
+    base, sep, server = spec.rpartition("@")
+    if not sep or not base or Path(spec).expanduser().exists():
+        return
+    if base in BUILTINS or ollama.spec_name(base) is not None or Path(base).expanduser().exists():
+        servers.check(server)
 
 
 def _load(spec: str, opts: Options) -> PromptCounter:
@@ -189,8 +206,8 @@ def _from_ollama(name: str, opts: Options) -> PromptCounter:
     backend, template, variables = load_gguf(model.gguf)
     tok = HFTokenizer(backend, name=model.name, **_server_text(opts))
     fmt = _format(template, variables, opts, name=model.name)
-    agree, verdict = ollama.compare(model.template, fmt if template or opts.chat_format else None)
-    source = f"ollama:{model.name}; " + ("GGUF's Jinja chat template" if template else "no Jinja template in the GGUF")
+    agree, verdict = ollama.compare(model.template, fmt)
+    source = f"ollama:{model.name}; " + (f"{fmt.name} (chosen)" if opts.chat_format else "GGUF's Jinja chat template")
     return _profile(tok, fmt, opts, name=f"ollama:{model.name}", source=source,
                     extra=[*ollama.describe(model), verdict])
 
@@ -221,8 +238,13 @@ def _format(template: str | None, variables: dict[str, str], opts: Options, *, n
     if opts.chat_format and opts.chat_format.endswith(".jinja"):
         text = Path(opts.chat_format).expanduser().read_text(encoding="utf-8")
         return JinjaFormat(text, name=Path(opts.chat_format).name, variables=context, dynamic=dynamic)
-    if opts.chat_format or template is None:
-        return named_format(opts.chat_format or "chatml", variables=context, dynamic=dynamic)
+    if opts.chat_format:
+        return named_format(opts.chat_format, variables=context, dynamic=dynamic)
+    if template is None:
+        raise NoChatTemplate(
+            f"{name} ships no chat template: name the one its server renders with --chat-format "
+            f"({', '.join(known_formats())}, or a .jinja file); budgeter does not count with a guess",
+            metadata={"tokenizer": name, "available": ",".join(known_formats())})
     return JinjaFormat(template, name=f"{name} template", variables=context, dynamic=dynamic)
 
 
@@ -231,8 +253,6 @@ def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, st
     fmt = _format(template, variables, opts, name=name)
     if opts.chat_format:
         source += f"; {fmt.name} (chosen)"
-    elif template is None:
-        source += f"; budgeter {fmt.name} format (no chat template found)"
     else:
         source += "; model chat template"
     return _profile(tok, fmt, opts, name=name, source=source)
@@ -256,4 +276,5 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
                      "the server's prefill of it: no new assistant turn is opened")
     notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
-                           drops_reasoning=found.drops_reasoning, prefill=servers.prefills(opts.server))
+                           drops_reasoning=found.drops_reasoning, prefill=servers.prefills(opts.server),
+                           adaptations=[*caps.adaptations(), *found.adaptations()])

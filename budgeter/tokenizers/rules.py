@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from budgeter.core.counting import Adaptation
 from budgeter.core.typing import ChatFormat
 
 _USER = {"role": "user", "content": "zqquestion"}
@@ -66,6 +67,13 @@ class Rules:
             out.append("template reads message.thinking: reasoning_content is copied there, as llama.cpp does "
                        "(beside tool calls, content is counted inside it: the template refuses both)")
         return out
+
+    def adaptations(self) -> list[Adaptation]:
+        """The rewrites the server is sent too (``RuledFormat.for_server``): extra parallel calls."""
+        if not self.single_call:
+            return []
+        return [Adaptation("parallel_calls_as_text", "template allows one tool call per message: further calls "
+                           "are counted (and sent) as <tool_call> JSON text in the content")]
 
     @property
     def rewrites(self) -> bool:

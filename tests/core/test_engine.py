@@ -205,3 +205,28 @@ def test_policy_dict_round_trips_through_json():
     assert raw["file_tools"]["reads"] == ["cat", "view"] and raw["file_tools"]["path_keys"] == ["target"]
     assert policy_from_dict(raw) == policy
     assert policy_from_dict(json.loads(json.dumps(policy_to_dict(Policy())))) == Policy()
+
+
+def test_tokens_before_is_the_request_as_received_and_tidy_failures_reports_tokens(qwen36):
+    """A prompt that fits but holds failed retries: ``tokens_before`` is the exact count of what the
+    client sent (not of the prompt after the failure clean-up, which it equalled on every turn that
+    did not compact), and the clean-up step's report is in tokens (it held message counts)."""
+    msgs, _ = _retries(n=3)
+    answered = [*msgs, *from_openai_list([{"role": "assistant", "content": "I will name the path."},
+                                          {"role": "user", "content": "go on"}])]
+    for messages in (msgs, answered):
+        r = trim(messages, counter=qwen36, tools=TOOLS, policy=Policy(window=32768, reserve=0))
+        assert not r.compacted
+        assert r.tokens_before == qwen36.count_prompt(messages, TOOLS) > r.tokens
+        step = next(s for s in r.steps if s.step == "tidy_failures")
+        saved = step.tokens_before - step.tokens_after
+        assert abs(saved - (r.tokens_before - r.tokens)) <= 0.02 * saved, (saved, r.tokens_before, r.tokens)
+
+
+def test_tokens_before_follows_the_history_turn_by_turn(qwen36):
+    msgs, _ = _retries(n=3)
+    session = Session(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
+    for k in range(2, len(msgs) + 1):
+        session.append(msgs[k - 1:k] if k > 2 else msgs[:2])
+        r = session.build()
+        assert r.tokens_before == qwen36.count_prompt(msgs[:k], TOOLS), k

@@ -111,7 +111,7 @@ def test_invariants_builtin_tokenizer(qwen36, raw, window):
 def test_invariants_tiny_bpe(tiny_bpe_path, raw, window):
     from budgeter.tokenizers import resolve
 
-    _check(resolve(tiny_bpe_path), raw, window)
+    _check(resolve(tiny_bpe_path, chat_format="chatml"), raw, window)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,6 +35,23 @@ def test_unreachable_upstream_is_a_502_with_an_openai_error(make_proxy):
     assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_error"
 
 
+def test_an_unreachable_upstream_is_not_ready_from_the_start(make_proxy, caplog):
+    """/health is readiness: NOT_SERVING (503) while the upstream does not answer, saying why, and
+    the start says so in the log; /health/liveness stays SERVING (nothing to restart)."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with caplog.at_level("INFO", logger="budgeter.proxy"):
+        proxy = make_proxy(upstream_url=url)
+    assert any(f"the upstream {url}" in r.getMessage() and "503" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records), caplog.text
+    root = proxy.base_url.removesuffix("/v1")
+    health = httpx.get(root + "/health")
+    assert health.status_code == 503, health.text
+    assert health.json()["status"] == "NOT_SERVING" and health.json()["upstream_reachable"] is False
+    assert health.json()["store_reachable"] is True and url in health.json()["upstream_error"]
+    live = httpx.get(root + "/health/liveness")
+    assert live.status_code == 200 and live.json()["status"] == "SERVING"
+
+
 def test_upstream_errors_pass_through_unchanged(proxy):
     error = {"error": {"message": "Failed to parse tool call arguments as JSON", "type": "server_error", "code": 500}}
     proxy.upstream.script(Script(status=500, error=error), Script(status=400, error={"error": {"message": "bad"}}))
@@ -59,6 +76,9 @@ def test_budgeter_errors_are_400_with_the_reason_as_code(proxy):
     r = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [USER]},
                    headers={"X-Budgeter-Session": "no spaces allowed"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+    for route in ("/chat/completions", "/budgeter/fit"):  # no messages: a clear 400, like `budgeter trim`
+        r = httpx.post(proxy.base_url + route, json={"model": "m", "messages": []})
+        assert r.status_code == 400 and r.json()["error"]["message"] == "messages must not be empty"
 
 
 def test_a_silent_upstream_times_out_instead_of_hanging(make_proxy, upstream):
@@ -84,6 +104,7 @@ def test_models_health_and_metrics(proxy):
     root = proxy.base_url.removesuffix("/v1")
     health = httpx.get(root + "/health")
     assert health.status_code == 200 and health.json()["status"] == "SERVING"
+    assert health.json()["upstream_reachable"] is True and health.json()["store_reachable"] is True
     proxy.upstream.script(Script(content="x", prompt_tokens=7))  # an upstream that counts otherwise
     proxy.client.chat.completions.create(model="m", messages=[SYSTEM, USER])
     text = httpx.get(root + "/metrics").text

@@ -108,6 +108,22 @@ def test_gemma_takes_a_system_message_added_mid_session_through_the_proxy(gemma)
     assert [server for server, *_ in seen] == [ours for _, ours, *_ in seen], seen
 
 
+def test_a_gguf_without_a_template_counts_exactly_with_the_format_named(gemma):
+    """The newcomer's run: the Gemma GGUF itself as the tokenizer (it embeds no template) with the
+    format its server renders named (``--chat-format gemma3``): every turn exact."""
+    url, _ = gemma
+    model, _ = gemma_model()
+    settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"gemma": str(model)},
+                        chat_formats={"gemma": "gemma3"}, default_tokenizer="gemma", window=2048, reserve=64,
+                        metrics_port=0)
+    proxy = start(settings, sessions=open_sessions(settings))
+    try:
+        seen = agent_loop(proxy.base_url, QUESTIONS[:4])
+    finally:
+        proxy.stop()
+    assert [server for server, *_ in seen] == [ours for _, ours, *_ in seen], seen
+
+
 def proxied(url: str, folder: str, *, window: int, reserve: int):
     settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"model": folder},
                         default_tokenizer="model", window=window, reserve=reserve, metrics_port=0)

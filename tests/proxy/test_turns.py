@@ -95,3 +95,40 @@ def test_a_tool_call_cut_by_length_is_stored_truncated_and_never_recovered(proxy
 def _sessions(proxy) -> list[str]:
     infos, _ = proxy.sessions.list_sessions()
     return [i.id for i in infos]
+
+
+def test_tokens_before_is_what_the_client_sent(make_proxy, hf_count):
+    """A fitting prompt whose failed retries the clean-up folds: X-Budgeter-Tokens-Before is the
+    upstream tokenizer's count of the client's own request, not of the prompt sent on."""
+    proxy = make_proxy(window=32768)
+    proxy.upstream.script(Script(content="ok"))
+    call = {"id": "c0", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "", "content": "<html>" + "x" * 3000})}}
+    messages = [SYSTEM, user("make a site")]
+    for k in range(3):
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{**call, "id": f"c{k}"}]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": "rejected: path must not be empty"}]
+    messages.append(user("try again"))
+    raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS)
+    assert raw.headers["x-budgeter-compacted"] == "false"
+    before, after = int(raw.headers["x-budgeter-tokens-before"]), int(raw.headers["x-budgeter-tokens-after"])
+    assert before == hf_count({"messages": messages, "tools": TOOLS}) > after == raw.parse().usage.prompt_tokens
+
+
+def test_a_request_rewritten_for_the_template_says_so(make_proxy, llama3_path, caplog):
+    """The Llama 3.1 template renders no tools: the agent learns from X-Budgeter-Notes that its
+    model sees them as text, the start logs it once, and a metric counts such requests by kind."""
+    with caplog.at_level("WARNING", logger="budgeter.proxy"):
+        proxy = make_proxy(tokenizers={"qwen3": llama3_path})
+    logged = [r.getMessage() for r in caplog.records if "rewritten for its template" in r.getMessage()]
+    assert any("tools_as_text" in m for m in logged), caplog.text
+    proxy.upstream.script(Script(content="ok"), Script(content="ok"))
+    raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=[user("hi")], tools=TOOLS)
+    notes = raw.headers["x-budgeter-notes"]
+    assert "does not render tool schemas: counted (and sent) as a system message" in notes and notes.isascii()
+    assert "tools" not in proxy.upstream.received[-1]
+    assert len([r for r in caplog.records if "rewritten for its template" in r.getMessage()]) == len(logged)
+    plain = proxy.client.chat.completions.with_raw_response.create(model="m", messages=[user("hello")])
+    assert "x-budgeter-notes" not in plain.headers  # sent as given
+    metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'budgeter_proxy_adapted_requests_total{kind="tools_as_text"} 1.0' in metrics

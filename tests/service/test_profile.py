@@ -162,3 +162,36 @@ def test_profile_session_rpc_matches_the_local_profile(client):
     with pytest.raises(ClientError) as e:
         client.profile(s.id, tokenizers=["nope"])
     assert e.value.reason == "UNKNOWN_TOKENIZER"
+
+
+def test_an_error_result_is_labelled_as_an_error_not_by_its_syntax(qwen36):
+    """A failed call's result is an error whatever it is written in (a JSON error object read as
+    ``json``, a sentence as ``prose``); a successful JSON result stays ``json``."""
+    messages = from_openai_list([
+        {"role": "user", "content": "read them"},
+        call("a", "write_file", {"path": "", "content": "y" * 300}),
+        result("a", json.dumps({"error": "path must not be empty", "code": "EINVAL"})),
+        call("b", "write_file", {"path": "", "content": "x" * 300}), result("b", "Error: path must not be empty"),
+        call("c", "read_file", {"path": "ok.json"}), result("c", json.dumps({"name": "budgeter", "version": 1})),
+        {"role": "assistant", "content": "Done."}])
+    p = profile(messages, counter=qwen36, tools=TOOLS).as_dict()
+    assert [m["category"] for m in p["messages"]][2:7:2] == ["tool_failed", "tool_failed", "tool_ok"]
+    assert [m["kind"] for m in p["messages"]][2:7:2] == ["error", "error", "json"]
+    assert p["by_kind"]["error"]["tokens"] > 0
+
+
+def test_the_profile_says_when_the_session_is_sent_rewritten(llama3_path, qwen36, tmp_path):
+    """A template that renders no tools: the profile (figures, terminal page, HTML) says the session
+    is sent rewritten; one sent as given says nothing."""
+    from budgeter.report import render
+
+    messages = from_openai_list(small_session())
+    adapted = profile(messages, counter=resolve(llama3_path), tools=TOOLS).as_dict()
+    assert any("tool schemas" in n for n in adapted["adapted"]), adapted["adapted"]
+    assert "Sent rewritten for llama3_1's template:</b> template does not render tool schemas" \
+        in render([adapted], source="s")
+    assert profile(messages, counter=qwen36, tools=TOOLS).as_dict()["adapted"] == []
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"messages": small_session(), "tools": TOOLS}))
+    out = run("profile", str(path), "-t", llama3_path)
+    assert out.returncode == 0 and "Sent rewritten for llama3_1's template" in " ".join(out.stdout.split())

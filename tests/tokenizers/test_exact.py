@@ -1,6 +1,7 @@
 """Sum of cached parts == full render, on real tokenizers (the proof behind exact counting)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -8,7 +9,7 @@ from hypothesis import strategies as st
 
 from budgeter.core.counting import sent
 from budgeter.core.messages import Message, ToolCall, from_openai_list
-from budgeter.errors import UnknownTokenizer
+from budgeter.errors import InvalidTokenizerSpec, UnknownTokenizer
 from budgeter.tokenizers import resolve
 from budgeter.tokenizers.mistral import MistralCounter, _request_dict
 from tests.bench.bench_service import fresh_count
@@ -121,8 +122,38 @@ def test_mistral_memoized_walk_equals_mistral_common():
         assert counter.count_prompt(part, tools) == _mistral_own(part, tools)
 
 
-def test_tiny_bpe_without_template_uses_chatml(tiny_bpe_path):
-    counter = resolve(tiny_bpe_path)
+def test_a_tokenizer_without_a_template_is_refused_unless_a_format_is_named(tiny_bpe_path, tmp_path):
+    """A bare tokenizer.json, a folder and a GGUF without a chat template are never counted with
+    a guessed format: loading says to name one with --chat-format (and which names there are)."""
+    from budgeter.errors import NoChatTemplate
+    from tests import llamacpp
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "tokenizer.json").write_bytes(Path(tiny_bpe_path).read_bytes())
+    gguf = llamacpp.write_tiny_gguf(llamacpp.vocab_from_hf(tiny_bpe_path, pre="qwen2"), tmp_path / "bare.gguf")
+    for spec in (tiny_bpe_path, str(tmp_path / "folder"), str(gguf)):
+        with pytest.raises(NoChatTemplate) as err:
+            resolve(spec)
+        assert "--chat-format (chatml, qwen3.6, qwen2.5, gemma3, or a .jinja file)" in err.value.message
+        assert resolve(spec, chat_format="chatml").count_prompt(*_body(seed=1, chars=2_000)) > 0
+
+
+def test_names_are_checked_before_anything_loads():
+    """An unknown format is reported with every known name, before the (missing) tokenizer path
+    is even looked at; an unknown server suffix is an unknown server, not a missing path."""
+    with pytest.raises(InvalidTokenizerSpec) as err:
+        resolve("/no/such/model.gguf", chat_format="chatmll")
+    assert err.value.field == "chat_format"
+    assert "known: chatml, qwen3.6, qwen2.5, gemma3, or a .jinja file" in err.value.message
+    with pytest.raises(InvalidTokenizerSpec, match="chat format file /no/such.jinja does not exist"):
+        resolve("/no/such/model.gguf", chat_format="/no/such.jinja")
+    with pytest.raises(InvalidTokenizerSpec) as err:
+        resolve("qwen3.6@nosuchserver")
+    assert err.value.message == "unknown server 'nosuchserver'; known: llama.cpp, vllm, transformers"
+
+
+def test_tiny_bpe_with_the_chatml_format(tiny_bpe_path):
+    counter = resolve(tiny_bpe_path, chat_format="chatml")
     assert any("chatml" in n for n in counter.notes)
     messages, tools = _body(seed=1, chars=8_000)
     _check_template_counter(counter, messages, tools)
@@ -147,7 +178,6 @@ def test_unknown_tokenizer_lists_builtins():
 def test_gguf_file(tmp_path, qwen3_path):
     """A .gguf with an embedded tokenizer and template counts like the folder it came from."""
     gguf = pytest.importorskip("gguf")
-    from pathlib import Path
 
     tok = json.loads(Path(qwen3_path, "tokenizer.json").read_text())
     config = json.loads(Path(qwen3_path, "tokenizer_config.json").read_text())

@@ -50,7 +50,7 @@ def test_sentencepiece_gguf_equals_sentencepiece(mistral_gguf):
     spm = pytest.importorskip("sentencepiece")
     model, path = mistral_gguf
     sp = spm.SentencePieceProcessor(model_file=model)
-    tok = resolve(str(path)).pieces.tokenizer
+    tok = resolve(str(path), chat_format="chatml").pieces.tokenizer
     for text in TEXTS + _session_texts():
         assert tok.encode_full(text) == sp.encode(text), text
 
@@ -58,7 +58,7 @@ def test_sentencepiece_gguf_equals_sentencepiece(mistral_gguf):
 def test_sentencepiece_gguf_equals_llama_server(mistral_gguf):
     llamacpp.require_server()
     _, path = mistral_gguf
-    counter = resolve(str(path))
+    counter = resolve(str(path), chat_format="chatml")
     with llamacpp.serve(path) as url:
         for text in TEXTS + SPECIAL + _session_texts():
             ids = llamacpp.tokenize(url, text)

@@ -101,3 +101,20 @@ def test_readme_tokenizer_examples_run_as_written(tmp_path, tiny_bpe_path, monke
         assert out.returncode == 0, (argv, out.stderr)
         if argv[1] == "render":
             assert re.search(r"^# \S+: \d+ tokens$", out.stderr, re.M), out.stderr
+
+
+def test_trim_and_render_warn_in_one_line_when_the_request_is_rewritten(tmp_path, llama3_path):
+    """The shared Llama 3.1 template renders neither tools nor tool calls: the request is sent with
+    them as text, and trim and render say so on stderr; a request sent as given gets no warning."""
+    tools = [{"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    body = tmp_path / "b.json"
+    body.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": tools}))
+    for command in ("trim", "render"):
+        out = run(command, str(body), "-t", llama3_path)
+        assert out.returncode == 0, out.stderr
+        warnings = [line for line in out.stderr.splitlines() if line.startswith("budgeter: warning:")]
+        assert len(warnings) == 1 and "rewritten for llama3_1's template" in warnings[0], out.stderr
+        assert "does not render tool schemas: counted (and sent) as a system message" in warnings[0]
+    plain = run("trim", str(body), "-t", "qwen3.6")
+    assert plain.returncode == 0 and "warning" not in plain.stderr, plain.stderr

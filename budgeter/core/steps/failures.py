@@ -164,7 +164,9 @@ def _tidy(view: View, ctx: Context, *, pressed: bool, only: Set[CallRef] | None 
     out = tuple(it for p, it in enumerate(items) if p not in drop) if drop else tuple(items)
     if drop:
         actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
-    return out, StepReport(name, len(view), len(out), tuple(actions))
+    if not actions:
+        return out, StepReport(name, 0, 0)
+    return out, StepReport(name, ctx.estimate(view), ctx.estimate(out), tuple(actions))
 
 
 def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context, *,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from budgeter.errors import TemplateError
+from budgeter.errors import InvalidTokenizerSpec, TemplateError
 
 NAMED = {"chatml": "chatml.jinja"}
 CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",
@@ -401,3 +402,22 @@ def named_format(name: str, *, variables: Mapping[str, Any] | None = None,
         raise TemplateError(f"unknown chat format {name!r}; known: {', '.join(sorted(NAMED))}")
     text = resources.files(__package__).joinpath(NAMED[name]).read_text(encoding="utf-8")
     return JinjaFormat(text, name=name, variables=variables, dynamic=dynamic)
+
+
+def known_formats() -> list[str]:
+    """Every name ``chat_format`` takes besides a ``.jinja`` file: budgeter's named formats and
+    the carried templates."""
+    return [*NAMED, *TEMPLATES]
+
+
+def check_format(chat_format: str | None) -> None:
+    """Refuse an unknown ``chat_format`` (or a missing ``.jinja`` file) before anything loads."""
+    if not chat_format or chat_format in NAMED or chat_format in TEMPLATES:
+        return
+    if chat_format.endswith(".jinja"):
+        if not Path(chat_format).expanduser().is_file():
+            raise InvalidTokenizerSpec(f"chat format file {chat_format} does not exist", field="chat_format")
+        return
+    raise InvalidTokenizerSpec(f"unknown chat format {chat_format!r}; known: {', '.join(known_formats())}, "
+                               "or a .jinja file", field="chat_format",
+                               metadata={"available": ",".join(known_formats())})
