@@ -215,3 +215,65 @@ def test_tiny_qwen3_lone_surrogates_are_repaired_and_every_turn_is_accepted(tiny
     call = next(m for m in history if m.tool_calls).tool_calls[0]
     assert json.loads(call.arguments) == {"path": "notes.txt", "text": "half a pair: \ufffd end"}
     assert "\ufffd" in next(m for m in history if m.role == "tool").content
+
+
+def test_every_front_door_returns_what_gemma_accepts_and_counts_as_budgeter_said(gemma, tmp_path):
+    """One coding session (tools, calls, results: Gemma 3's template renders none of them and
+    requires alternation), through each front door: the request trim prints, the body fit returns,
+    the gRPC client's prompt.body and the render's count. llama-server accepts each as sent and
+    its prompt_tokens equal the count budgeter gave for it."""
+    import json
+    import subprocess
+    import sys
+
+    from budgeter.client import Client
+    from budgeter.service.server import create_server
+    from budgeter.store import MemoryStore
+    from tests.llamacpp import chat_prompt_tokens
+    from tests.service.conftest import settings as server_settings
+
+    url, folder = gemma
+    server = url.removesuffix("/v1")
+    body = make_session(4, chars=6_000)
+    body["messages"] = [m for m in body["messages"] if m.get("finish_reason") != "length"]
+    source = tmp_path / "body.json"
+    source.write_text(json.dumps(body))
+    profile = ("--tokenizer", folder)
+    seen = {}
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "budgeter", *args], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    out = cli("trim", str(source), *profile, "--window", "1500", "--reserve", "64",
+              "--report", str(tmp_path / "r.json"))
+    trimmed = json.loads(out.stdout)
+    seen["trim"] = (chat_prompt_tokens(server, trimmed["messages"], trimmed.get("tools")),
+                    json.loads((tmp_path / "r.json").read_text())["tokens_after"])
+    (tmp_path / "trimmed.json").write_text(out.stdout)
+    rendered = cli("render", str(tmp_path / "trimmed.json"), *profile)
+    seen["render"] = (seen["trim"][0], int(rendered.stderr.split(" tokens")[0].rsplit(" ", 1)[1]))
+
+    settings = Settings(upstream=url, store="memory://", proxy_port=0, tokenizers={"gemma3": folder},
+                        default_tokenizer="gemma3", window=1500, reserve=64, metrics_port=0)
+    proxy = start(settings, sessions=open_sessions(settings))
+    try:
+        fit = httpx.post(proxy.base_url + "/budgeter/fit", json=body, timeout=600).json()
+    finally:
+        proxy.stop()
+    seen["fit"] = (chat_prompt_tokens(server, fit["body"]["messages"], fit["body"].get("tools")),
+                   fit["report"]["tokens_after"])
+
+    grpc_server = create_server(server_settings(tokenizers={"gemma3": folder}, default_tokenizer="gemma3"),
+                                store=MemoryStore())
+    try:
+        with Client(grpc_server.target, timeout=600) as c:
+            session = c.create_session(tools=body["tools"], window=1500, reserve=64)
+            session.append(body["messages"])
+            prompt = session.prompt()
+    finally:
+        grpc_server.stop(0)
+    seen["grpc"] = (chat_prompt_tokens(server, prompt.body["messages"], prompt.body.get("tools")), prompt.tokens)
+    print("front door: (llama-server prompt_tokens, budgeter):", seen)
+    assert all(server_count == ours for server_count, ours in seen.values()), seen
