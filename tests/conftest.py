@@ -3,6 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# No example may fail for taking long: hypothesis's 200 ms deadline and its too-slow check measure
+# the machine, and a loaded one failed property tests that hold (issue 54: the suite passes with
+# its cores busy).
+hypothesis_settings.register_profile("budgeter", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("budgeter")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "tokenizers"
 
