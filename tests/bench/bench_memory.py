@@ -114,29 +114,14 @@ def one_run(n: int, chars: int, live_bytes: int) -> None:
 
 def clear_message_memos(sessions: Any) -> None:
     """Empty the process-wide memos that hold messages, or text and objects made from them; each
-    is bounded on its own (in entries or characters) and turns over as other sessions are
-    served. The piece-count cache (``PieceCounter._cache``, 400K pieces) is left as it is."""
-    from budgeter.core import counting, engine
-    from budgeter.core.memo import IdentityMemo, Walks
-    from budgeter.service import convert
+    is bounded on its own (``core/memo.py``) and turns over as other sessions are served. The
+    piece-count cache (``PieceCounter._cache``) is left as it is."""
+    from budgeter.core import memo
 
-    counter = sessions.profiles.counter(PROFILE)
-    counter._dicts.clear()
-    counter._costs.clear()
-    counter.pieces._segments.clear()
-    counter.pieces._segment_chars = 0
-    engine._handles_memo.clear()
-    counting._wired = IdentityMemo(limit=1 << 16)
-    convert._sent_texts = IdentityMemo(limit=64 << 20, size=len)
-    env = getattr(getattr(counter.format, "_template", None), "environment", None)
-    closures = [counter.adapter, *(env.filters.values() if env is not None else ())]
-    for f in closures:
-        for cell in getattr(f, "__closure__", None) or ():
-            held = cell.cell_contents
-            if isinstance(held, dict):
-                held.clear()
-            elif isinstance(held, IdentityMemo | Walks):
-                held._items.clear()
+    pieces = sessions.profiles.counter(PROFILE).pieces._cache
+    for held in memo.bounded():
+        if held is not pieces:
+            held.clear()
 
 
 def calibrate(chars: int) -> None:
