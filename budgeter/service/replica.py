@@ -52,8 +52,8 @@ MIN_MEMO_CHARS = 1 << 20
 def memo_chars(live_bytes: int) -> int:
     """Each process-wide memo's budget in characters for a replica bounded at ``live_bytes``: a
     32nd of it (32M characters at the default 1 GiB, room for a dozen 2M-character sessions'
-    text in each memo), and at least 1M. The memos are 5 process-wide plus 8 per template profile
-    loaded (``deploy/OPERATIONS.md`` lists them); they hold mostly the same recent messages, which
+    text in each memo), and at least 1M. The memos are 5 process-wide plus up to 10 per template
+    profile loaded (``deploy/OPERATIONS.md`` lists them); they hold mostly the same recent messages, which
     the cached sessions hold too, so what they keep alive past eviction is far less than their
     summed budgets (``tests/bench/bench_memory.py`` measures it)."""
     return max(MIN_MEMO_CHARS, live_bytes // MEMO_SHARE)

@@ -102,14 +102,24 @@ def one_run(n: int, chars: int, live_bytes: int) -> None:
             sid, msgs, got = play(sessions, make_session(k, chars=chars))
             ids.append(sid)
             print(f"  session {k}: {msgs} messages, {got / 1e6:.2f}M chars; RSS {rss_mb():.0f} MB, "
-                  f"cache {len(sessions.replica)} sessions, {sessions.replica.used / 2**20:.0f} MiB accounted")
+                  f"cache {len(sessions.replica)} sessions, {sessions.replica.used / 2**20:.0f} MiB accounted; "
+                  f"{memos_held()}")
         for sid in ids:  # each once more: evicted ones are read from the store again
             sessions.append(sid, [Message("user", "One more thing: run the tests again.")])
             sessions.build(sid)
         gc.collect()
         print(f"  after a turn of each again: RSS {rss_mb():.0f} MB, cache {len(sessions.replica)} sessions, "
-              f"{sessions.replica.used / 2**20:.0f} MiB accounted; peak RSS {rss_mb('VmHWM'):.0f} MB "
+              f"{sessions.replica.used / 2**20:.0f} MiB accounted, {memos_held()}; peak RSS {rss_mb('VmHWM'):.0f} MB "
               f"({(rss_mb('VmHWM') - start) / (n * chars / 1e6):.1f} MB per million characters over the start)")
+
+
+def memos_held() -> str:
+    """What the process-wide memos hold against their budget (``core/memo.py``)."""
+    from budgeter.core import memo
+
+    held = list(memo.bounded())
+    return (f"memos {sum(m.chars for m in held) / 1e6:.1f}M chars held, {len(held)} of "
+            f"{memo.budget() / 1e6:.1f}M each")
 
 
 def clear_message_memos(sessions: Any) -> None:
