@@ -92,9 +92,12 @@ class IdentityMemo:
     objects that hold no message text: tool schemas)."""
 
     def __init__(self, *, limit: int = 0, size: Callable[[Any], int] | None = None) -> None:
+        if size is None and limit <= 0:
+            raise ValueError("an IdentityMemo needs a size (characters) or a limit (entries)")
         self._items: dict[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = {}
         self._size = size
         self.chars = 0
+        """The summed ``size`` of the answers held (with no ``size``: the entries)."""
         self.limit_chars = limit
         if size is not None:
             self.limit_chars = _chars
@@ -202,8 +205,7 @@ class Walks(Generic[W]):
         if found is items:
             held = self._items.get(key)
             if held is not None and shared == len(held[0]):
-                if shared > SHARED_START:
-                    del self._items[key]
+                if shared > SHARED_START and self._items.pop(key, None) is not None:
                     self.chars -= held[2]
                 return held[2] + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))

@@ -350,8 +350,8 @@ def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
     arguments a template serializes are the same objects on every build (the session's tools,
     the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
     the answer is the text made the first time. Anything but a dict or list is serialized as before.
-    Bounded by ``limit`` entries and by the characters of the texts held (``core/memo.py``): parsed
-    arguments can hold a whole file."""
+    Bounded by the characters of the texts held (``core/memo.py``: parsed arguments can hold a whole
+    file), and the memo of calls with no options by ``limit`` entries too."""
     from budgeter.core.memo import CharMemo, IdentityMemo
 
     tojson = env.filters.get("tojson")
