@@ -14,6 +14,7 @@ from budgeter.service.replica import MIN_MEMO_CHARS, Replica, memo_chars
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
 from tests.bench.sessions import make_session
+from tests.service.conftest import settings
 from tests.service.test_live_bytes import WINDOW, turns
 
 BUDGET = 40_000
@@ -24,7 +25,7 @@ that sees them all turns over."""
 @pytest.fixture
 def small():
     before = memo.budget()
-    srv = create_server(_settings(live_bytes=300_000), store=MemoryStore())
+    srv = create_server(settings(live_bytes=300_000), store=MemoryStore())
     memo.configure(BUDGET)  # (under memo_chars' floor, to overflow it with a test's sessions)
     try:
         with Client(srv.target, timeout=60) as client:
@@ -32,12 +33,6 @@ def small():
     finally:
         srv.stop(0)
         memo.configure(before)
-
-
-def _settings(**kw):
-    from tests.service.conftest import settings
-
-    return settings(**kw)
 
 
 def over_budget() -> list[tuple[str, int, int]]:
