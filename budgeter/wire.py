@@ -12,6 +12,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from budgeter.core.jsonargs import dumps_compact
+from budgeter.core.memo import CharMemo
 from budgeter.core.messages import Message, from_openai, to_openai
 from budgeter.v1 import budgeter_pb2 as pb
 
@@ -42,27 +43,23 @@ def messages_from_pb(messages: Sequence[pb.Message]) -> list[Message]:
 
 class _Memo:
     """Per-message conversions, memoized: most of each prompt is the previous prompt's messages
-    (frozen, hashable values), so each is converted once. Bounded; cleared when full."""
+    (frozen, hashable values), so each is converted once. Each memo is bounded by the characters
+    of the messages it holds (``core/memo.py``); cleared when full."""
 
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self.pb: dict[Message, pb.Message] = {}
-        self.json: dict[Message, str] = {}
+    def __init__(self) -> None:
+        self.pb: CharMemo[Message, pb.Message] = CharMemo()
+        self.json: CharMemo[Message, str] = CharMemo()
 
     def message(self, m: Message) -> pb.Message:
         out = self.pb.get(m)
         if out is None:
-            if len(self.pb) >= self.limit:
-                self.pb = {}
-            out = self.pb[m] = new_message_to_pb(m)
+            out = self.pb.put(m, new_message_to_pb(m), m.size)
         return out
 
     def text(self, m: Message) -> str:
         out = self.json.get(m)
-        if out is None:
-            if len(self.json) >= self.limit:
-                self.json = {}
-            out = self.json[m] = dumps_compact(to_openai(m))  # orjson: ~1 against ~7 us a message
+        if out is None:  # orjson: ~1 against ~7 us a message
+            out = self.json.put(m, dumps_compact(to_openai(m)), m.size)
         return out
 
 

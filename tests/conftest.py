@@ -22,6 +22,18 @@ def shared_tokenizer(name: str) -> str:
     return str(path)
 
 
+@pytest.fixture(autouse=True)
+def _memo_budget():
+    """A server made with a small ``live_bytes`` shrinks the process-wide memos' budget
+    (``core/memo.py``); each test leaves it as it found it."""
+    from budgeter.core import memo
+
+    before = memo.budget()
+    yield
+    if memo.budget() != before:
+        memo.configure(before)
+
+
 @pytest.fixture(scope="session")
 def qwen3_path() -> str:
     return shared_tokenizer("qwen3")

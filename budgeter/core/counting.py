@@ -23,7 +23,7 @@ from budgeter.core import incremental
 from budgeter.core.frames import Frames
 from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
-from budgeter.core.memo import IdentityMemo, same_objects
+from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
 from budgeter.core.messages import Message, to_template
 from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
@@ -72,15 +72,17 @@ class PieceCounter:
         pattern = tokenizer.special_pattern()
         self._split = re.compile(f"({pattern})").split if pattern else None
         self._special = re.compile(pattern) if pattern else None
-        self._cache: dict[str, int] = {}
+        self._cache: CharMemo[str, int] = CharMemo()
+        """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``), its
+        oldest half dropped when full (``chars``: the pieces' characters)."""
         self._max = max_pieces
         self.chars_tokenized = 0
         self.pieces_tokenized = 0
         self.delimiter = ""
         """A special token that no other one overlaps (``delimit``): texts are cut at it first, and
         the counts of the segments between are cached (``count``). Empty: none chosen."""
-        self._segments: dict[str, int] = {}
-        self._segment_chars = 0
+        self._segments: CharMemo[str, int] = CharMemo()
+        """Segment -> count, bounded by the budget and by ``max_segment_chars``, whichever is less."""
         self._max_segment_chars = max_segment_chars
 
     def delimit(self, sample: str) -> str:
@@ -141,17 +143,12 @@ class PieceCounter:
         a single large text, such as a ``CountTokens`` of a file, would push out every window's
         segments and stay over the bound)."""
         segments = self._segments
-        if segment not in segments and len(segment) <= self._max_segment_chars // 4:
-            if self._segment_chars + len(segment) > self._max_segment_chars:  # drop the oldest half
-                for key in list(segments)[: len(segments) // 2 + 1]:
-                    self._segment_chars -= len(key)
-                    del segments[key]
-                while self._segment_chars + len(segment) > self._max_segment_chars:  # (large ones were newer)
-                    key = next(iter(segments))
-                    self._segment_chars -= len(key)
-                    del segments[key]
+        room = min(self._max_segment_chars, segments.limit_chars)
+        if segment not in segments and len(segment) <= room // 4:
+            if segments.chars + len(segment) > room:
+                _drop_oldest(segments, room - len(segment))
             segments[segment] = n
-            self._segment_chars += len(segment)
+            segments.chars += len(segment)
         return n
 
     def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
@@ -243,8 +240,11 @@ class PieceCounter:
     def _counted(self, text: str) -> tuple[int, list[int]]:
         parts = self._split(text) if self._split is not None else [text]
         pieces = [p for p in parts[0::2] if p]
-        total = len(parts) // 2 + self._pieces(pieces)
-        return total, list(map(self._cache.__getitem__, pieces))
+        try:
+            counts = list(map(self._cache.__getitem__, pieces))
+        except KeyError:
+            counts = self._learnt(pieces)
+        return len(parts) // 2 + sum(counts), counts
 
     def seed(self, text: str, counts: Sequence[int]) -> bool:
         """Learn piece counts computed elsewhere (another replica) for ``text``; False when they
@@ -252,12 +252,28 @@ class PieceCounter:
         pieces = self.ordinary(text)
         if len(pieces) != len(counts):
             return False
+        cache = self._cache
         for piece, n in zip(pieces, counts, strict=True):
-            self._cache.setdefault(piece, int(n))
+            if piece not in cache:
+                cache[piece] = int(n)
+                cache.chars += len(piece)
+        self._trim()
         return True
 
+    def _trim(self) -> None:
+        """Where the piece cache is over its bounds (entries or characters), drop its oldest half,
+        then more of the oldest while its characters are over (the pieces just learnt are the
+        newest: they stay, for the next count of a text that extends this one)."""
+        cache = self._cache
+        if len(cache) > self._max or cache.chars > cache.limit_chars:
+            for key in list(cache)[: len(cache) // 2]:
+                cache.chars -= len(key)
+                del cache[key]
+            _drop_oldest(cache, cache.limit_chars)
+
     def _pieces(self, pieces: Sequence[str]) -> int:
-        """The summed counts of ``pieces``; after it, every one of them is in the cache. When all
+        """The summed counts of ``pieces``; after it, every one of them is in the cache (unless the
+        cache dropped it to stay in its bounds: ``_trim``). When all
         are cached (most pieces of a render), the sum is one pass in C (``map`` over the dict's
         ``__getitem__``), 2.6x as fast as the Python loops on 3,000 pieces: per one-call turn,
         Gemma 3's summing went from ~80 to ~60 us (its windows hold ~175 pieces, its whole prompts
@@ -267,21 +283,39 @@ class PieceCounter:
             return sum(map(cache.__getitem__, filter(None, pieces)))
         except KeyError:
             pass
-        missing = {p for p in pieces if p and p not in cache}
-        if missing and len(cache) + len(missing) > self._max:  # evict first: these pieces stay
-            for key in list(cache)[: len(cache) // 2]:
-                del cache[key]
-            missing = {p for p in pieces if p and p not in cache}
-        if missing:
-            self._learn(list(missing))
-        return sum(map(cache.__getitem__, filter(None, pieces)))
+        return sum(self._learnt(pieces))
+
+    def _learnt(self, pieces: Sequence[str]) -> list[int]:
+        """The counts of the non-empty ``pieces``, those not cached tokenized now; the cache is
+        trimmed after they are read."""
+        cache = self._cache
+        self._learn(list({p for p in pieces if p and p not in cache}))
+        counts = list(map(cache.__getitem__, filter(None, pieces)))
+        self._trim()
+        return counts
 
     def _learn(self, texts: list[str]) -> None:
         encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
+        chars = sum(map(len, texts))
         for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
             self._cache[text] = n
-        self.chars_tokenized += sum(map(len, texts))
+        self._cache.chars += chars
+        self.chars_tokenized += chars
         self.pieces_tokenized += len(texts)
+
+
+def _drop_oldest(memo: CharMemo[str, int], room: int) -> None:
+    """Drop ``memo``'s oldest entries (keyed by text) until its characters fit ``room``."""
+    over = memo.chars - max(room, 0)
+    drop = []
+    for key in memo:  # (one pass: deleting from a dict's front one at a time rescans what went)
+        if over <= 0:
+            break
+        drop.append(key)
+        over -= len(key)
+    for key in drop:
+        memo.chars -= len(key)
+        del memo[key]
 
 
 def _isolated(token: str, specials: Sequence[str]) -> bool:
@@ -335,11 +369,11 @@ class TemplateCounter:
         if "strftime_now" in source:
             self.windowed.off = "the template reads the clock (strftime_now): every build renders whole"
         self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
-        self._dicts: dict[Message, dict[str, Any]] = {}
+        self._dicts: CharMemo[Message, dict[str, Any]] = CharMemo()
         self._developer = "developer" if "<|channel|>" in source else "system"
         """The role a developer message renders as: llama.cpp's server maps it to system for every
         template but gpt-oss's (``<|channel|>`` in its source: it has a developer role)."""
-        self._costs: dict[Message, int] = {}
+        self._costs: CharMemo[Message, int] = CharMemo()
         self.frames = self._frames(fmt)
         """Lone renders made from a frame per shape of message (``core/frames.py``)."""
         self.pieces.delimit(self._probe())
@@ -379,9 +413,7 @@ class TemplateCounter:
     def _template_dict(self, m: Message) -> dict[str, Any]:
         d = self._dicts.get(m)
         if d is None:
-            if len(self._dicts) > 200_000:
-                self._dicts.clear()
-            d = self._dicts[m] = to_template(m, developer=self._developer)
+            d = self._dicts.put(m, to_template(m, developer=self._developer), m.size)
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
@@ -512,7 +544,7 @@ class TemplateCounter:
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
         if message in self._costs:  # counted here already (this replica appended it): nothing to learn
             return
-        self._costs[message] = int(cost)
+        self._costs.put(message, int(cost), message.size)
         text = self._isolated_text(message) if counts else None
         if text is not None:
             self.pieces.seed(text, counts)
@@ -535,15 +567,12 @@ class TemplateCounter:
         """Cache the cost of ``m`` from its lone render ``text`` (None: the template refuses a lone
         message, so its content and calls plus a turn's framing are counted); ``counted``: the
         count of ``text`` when the caller has it."""
-        if len(self._costs) > 200_000:
-            self._costs.clear()
         if text is None:
             raw = m.content + (m.reasoning or "") + "".join(c.name + c.arguments for c in m.tool_calls)
             cost = self.pieces.count(raw) + 8
         else:
             cost = self.pieces.count(text) if counted is None else counted
-        self._costs[m] = cost
-        return cost
+        return self._costs.put(m, cost, m.size)
 
 
 _ROLE = operator.attrgetter("role")
@@ -562,7 +591,15 @@ def prefilled(dicts: Sequence[Mapping[str, Any]]) -> bool:
     return bool(dicts) and dicts[-1].get("role") == "assistant" and not dicts[-1].get("tool_calls")
 
 
-_wired = IdentityMemo(limit=1 << 16)
+
+
+def _dict_chars(d: Mapping[str, Any]) -> int:
+    """Characters of a rewritten message's content (what it holds beyond the message it came from)."""
+    content = d.get("content")
+    return len(content) if isinstance(content, str) else 1
+
+
+_wired = IdentityMemo(size=_dict_chars)
 
 
 def sent(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict]

@@ -19,7 +19,7 @@ from budgeter.core.counting import count_rendered, shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
 from budgeter.core.markers import contains_marker, handles_in
-from budgeter.core.memo import same_objects
+from budgeter.core.memo import CharMemo, same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
@@ -218,7 +218,7 @@ def _message(item: Item) -> Message:
     return item.message
 
 
-_handles_memo: dict[Message, tuple[str, ...]] = {}
+_handles_memo: CharMemo[Message, tuple[str, ...]] = CharMemo()
 
 
 def message_handles(m: Message) -> tuple[str, ...]:
@@ -226,10 +226,7 @@ def message_handles(m: Message) -> tuple[str, ...]:
     found = _handles_memo.get(m)
     if found is None:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]
-        found = tuple(h for t in texts if contains_marker(t) for h in handles_in(t))
-        if len(_handles_memo) > 100_000:
-            _handles_memo.clear()
-        _handles_memo[m] = found
+        found = _handles_memo.put(m, tuple(h for t in texts if contains_marker(t) for h in handles_in(t)), m.size)
     return found
 
 

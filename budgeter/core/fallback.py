@@ -118,8 +118,8 @@ class _Adapted:
 def adapter(caps: Capabilities) -> Adapter | None:
     if caps.complete:
         return None
-    memo = IdentityMemo(limit=32 << 20, size=_content_chars)  # a rewritten tool result copies its text
-    walks: Walks[_Adapted] = Walks()
+    memo = IdentityMemo(size=_content_chars)  # a rewritten tool result copies its text
+    walks: Walks[_Adapted] = Walks(size=_content_chars)
     """Each conversation's last rewrite, which its next build extends: only the new messages are
     rewritten and only the runs from the last one they may extend are merged again (a walk over
     every message per build was ~6% of a Gemma 3 turn at 300K chars, and grew with history)."""
@@ -195,8 +195,9 @@ def _result_as_user(m: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": f"<tool_response>\n{m.get('content', '')}\n</tool_response>"}
 
 
-def _content_chars(m: dict[str, Any]) -> int:
-    return len(m.get("content") or "")
+def _content_chars(m: Mapping[str, Any]) -> int:
+    content = m.get("content")
+    return len(content) if isinstance(content, str) else 0
 
 
 def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo, held: _Adapted | None = None

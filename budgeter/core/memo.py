@@ -1,32 +1,107 @@
-"""One memo for answers computed from objects that are never changed once made.
+"""Memos for answers computed from objects that are never changed once made, and the one budget
+that bounds every process-wide memo able to hold message text.
 
 Builds meet the same objects turn after turn (a counter's template dict per message, a session's
 tools list, the messages a tokenizer library converted on an earlier build), so an answer derived
 from them can be looked up by their identity instead of being made again or hashed by content.
 The memo holds the objects themselves beside the answer, so an id is never reused while its entry
 lives; when the memo is full it is cleared and answers are made again.
+
+A memo keyed by messages keeps them alive after the session that held them was evicted from a
+replica's cache, so each such memo is bounded by the characters of text it holds (or refers to),
+counted as entries go in (a length per insert, no scan), not only by its entries. Every one of
+them takes the same budget, ``budget()`` characters, set once for the process by ``configure``
+(the server derives it from ``live_bytes``: ``service/replica.py``, ``memo_chars``); a memo made
+after ``configure`` takes the budget then in force, and ``configure`` resizes the ones that exist
+(clearing those over it).
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Hashable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+DEFAULT_CHARS = 32 << 20
+"""Each memo's budget until ``configure`` is called: 32M characters, what ``live_bytes``' default
+(1 GiB) gives."""
+
+_chars = DEFAULT_CHARS
+_bounded: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def budget() -> int:
+    """The characters each process-wide memo may hold."""
+    return _chars
+
+
+def configure(chars: int) -> None:
+    """Set every memo's budget to ``chars`` characters (those that exist and those made later);
+    one now over it is cleared."""
+    global _chars
+    _chars = max(1, int(chars))
+    for memo in list(_bounded):
+        memo.limit_chars = _chars
+        if memo.chars > _chars:
+            memo.clear()
+
+
+def bounded() -> Iterator[Any]:
+    """The memos that take the budget (each with ``chars``, the characters it holds, and
+    ``limit_chars``), for tests and benchmarks."""
+    return iter(list(_bounded))
+
+
+class CharMemo(dict[K, V]):
+    """A dict memo keyed by value (a ``Message``), bounded by the characters its entries hold:
+    ``get`` is the dict's own (the hot path), ``put`` counts the entry's characters and clears the
+    memo first when they would go over the budget (an entry larger than the budget is not kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+        self.limit_chars = _chars
+        _bounded.add(self)
+
+    def put(self, key: K, value: V, chars: int) -> V:
+        if self.chars + chars > self.limit_chars:
+            self.clear()
+            if chars > self.limit_chars:  # larger than the whole budget: not kept
+                return value
+        self[key] = value
+        self.chars += chars
+        return value
+
+    def clear(self) -> None:
+        super().clear()
+        self.chars = 0
+
+    __hash__ = object.__hash__  # type: ignore[assignment]  # (a WeakSet member)
 
 
 class IdentityMemo:
     """``get(objects, make, *args, key=...)``: ``make(*args)`` once per ``objects`` (by identity)
-    and ``key`` (by value). ``limit`` bounds the summed ``size`` of the answers held (entries by
-    default)."""
+    and ``key`` (by value). With ``size``, bounded by the summed ``size`` of the answers held
+    against the process-wide budget (characters); without it, by ``limit`` entries (memos of
+    objects that hold no message text: tool schemas)."""
 
-    def __init__(self, *, limit: int, size: Callable[[Any], int] | None = None) -> None:
+    def __init__(self, *, limit: int = 0, size: Callable[[Any], int] | None = None) -> None:
+        if size is None and limit <= 0:
+            raise ValueError("an IdentityMemo needs a size (characters) or a limit (entries)")
         self._items: dict[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = {}
-        self._limit = limit
         self._size = size
-        self._used = 0
+        self.chars = 0
+        """The summed ``size`` of the answers held (with no ``size``: the entries)."""
+        self.limit_chars = limit
+        if size is not None:
+            self.limit_chars = _chars
+            _bounded.add(self)
 
     def get(self, objects: tuple[Any, ...], make: Callable[..., T], *args: Any,
             key: tuple[Hashable, ...] = ()) -> T:
@@ -36,12 +111,18 @@ class IdentityMemo:
             return hit[1]  # type: ignore[no-any-return]
         out = make(*args)
         n = self._size(out) if self._size is not None else 1
-        if self._used + n > self._limit:
+        if self.chars + n > self.limit_chars:
             self._items.clear()
-            self._used = 0
+            self.chars = 0
+            if n > self.limit_chars:  # larger than the whole budget: not kept
+                return out
         self._items[k] = (objects, out)
-        self._used += n
+        self.chars += n
         return out
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.chars = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -49,6 +130,9 @@ class IdentityMemo:
 
 LOOKBACK = 8
 """How far from a list's end the last item of the list it extends is looked for."""
+
+SHARED_START = 16
+"""How many items a walk may hold and still be kept beside the walks that extend it."""
 
 W = TypeVar("W")
 
@@ -58,16 +142,33 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
 
 
+def _one(item: Any) -> int:
+    return 1
+
+
 class Walks(Generic[W]):
     """Recent walks over lists, by the identity of each list's last item: a build's request
     extends an earlier one of the same conversation and holds that one's last message a few
     places from its end. (Conversations of one agent often begin alike, the same system prompt and
     first messages converted once, so their first messages tell them apart less well.) The lists
-    are kept with the walks, so an id stays its own while its walk is held."""
+    are kept with the walks, so an id stays its own while its walk is held.
 
-    def __init__(self, limit: int = 1024) -> None:
-        self._items: dict[int, tuple[list[Any], W]] = {}
+    Bounded by ``limit`` walks and by the budget, against the summed ``size`` of the items of the
+    lists held (characters of text; ``size``: one per item by default). A walk kept for a list that
+    extends all of the one ``find`` gave for it replaces that one (a conversation holds one walk,
+    its latest), and its size is that one's plus its new items' (the hot path sizes only those).
+    A walk of up to ``SHARED_START`` items stays: it may be the start several conversations share
+    (one agent's system prompt and first messages), each to extend it."""
+
+    def __init__(self, limit: int = 1024, *, size: Callable[[Any], int] = _one) -> None:
+        self._items: dict[int, tuple[list[Any], W, int]] = {}
         self._limit = limit
+        self._size = size
+        self.chars = 0
+        self.limit_chars = _chars
+        self._found: tuple[Sequence[Any] | None, int, int] = (None, 0, 0)
+        """The list ``find`` was given last, the key of the walk it found, and their shared items."""
+        _bounded.add(self)
 
     def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
         """The walk of the list ``items`` extends, and how many first items the two share (by
@@ -75,11 +176,44 @@ class Walks(Generic[W]):
         for item in reversed(items[-LOOKBACK:]):
             hit = self._items.get(id(item))
             if hit is not None:
-                inputs, walk = hit
-                return walk, same_objects(inputs, items)
+                inputs, walk, _ = hit
+                shared = same_objects(inputs, items)
+                self._found = (items, id(item), shared)
+                return walk, shared
+        self._found = (None, 0, 0)
         return None, 0
 
     def keep(self, items: Sequence[Any], walk: W) -> None:
-        if len(self._items) >= self._limit:
+        size = self._superseded(items)
+        key = id(items[-1])
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.chars -= old[2]
+        if len(self._items) >= self._limit or self.chars + size > self.limit_chars:
             self._items.clear()
-        self._items[id(items[-1])] = (list(items), walk)
+            self.chars = 0
+            if size > self.limit_chars:  # larger than the whole budget: not kept
+                return
+        self._items[key] = (list(items), walk, size)
+        self.chars += size
+
+    def _superseded(self, items: Sequence[Any]) -> int:
+        """The size of ``items``; the walk ``find`` gave for them, when they extend all of its
+        list, is dropped (this one supersedes it) and its size is reused."""
+        found, key, shared = self._found
+        self._found = (None, 0, 0)
+        if found is items:
+            held = self._items.get(key)
+            if held is not None and shared == len(held[0]):
+                if shared > SHARED_START and self._items.pop(key, None) is not None:
+                    self.chars -= held[2]
+                return held[2] + sum(map(self._size, items[shared:]))
+        return sum(map(self._size, items))
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.chars = 0
+        self._found = (None, 0, 0)
+
+    def __len__(self) -> int:
+        return len(self._items)

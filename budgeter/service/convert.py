@@ -136,7 +136,7 @@ def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> s
     return out + "}"
 
 
-_sent_texts = IdentityMemo(limit=64 << 20, size=len)
+_sent_texts = IdentityMemo(size=len)
 
 
 def sent_json(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:

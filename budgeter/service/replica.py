@@ -10,6 +10,11 @@ The cache is bounded twice: by sessions (``limit``) and by the bytes their engin
 estimated to hold (``limit_bytes``); least recently used sessions go first, and one evicted is
 loaded from the store again at its next use. The session used last is never evicted, so a
 session larger than the whole bound still works: it is evicted once another one is used.
+
+The process-wide memos that hold message text (``core/memo.py``: the counter's template dicts and
+costs, piece counts, the template adapter's rewrites and walks, wire conversions) keep an evicted
+session's messages until they turn over, so their budget follows the same bound: each may hold
+``memo_chars(limit_bytes)`` characters, set when a replica is made.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from budgeter.core import memo as memos
 from budgeter.core.engine import Session
 from budgeter.core.facts import Facts
 from budgeter.core.messages import Message, from_openai
@@ -37,6 +43,20 @@ render and plan, the payloads and links its builds made, and the copies the proc
 hold while they last. Fitted to what ``tests/bench/bench_memory.py --calibrate`` measures with
 tracemalloc (the memory a session frees when it is evicted and those memos turn over) for a
 2M-character coding session and a chat of short messages, then rounded up."""
+
+
+MEMO_SHARE = 32
+MIN_MEMO_CHARS = 1 << 20
+
+
+def memo_chars(live_bytes: int) -> int:
+    """Each process-wide memo's budget in characters for a replica bounded at ``live_bytes``: a
+    32nd of it (32M characters at the default 1 GiB, room for a dozen 2M-character sessions'
+    text in each memo), and at least 1M. The memos are 5 process-wide plus up to 10 per template
+    profile loaded (``deploy/OPERATIONS.md`` lists them); they hold mostly the same recent messages, which
+    the cached sessions hold too, so what they keep alive past eviction is far less than their
+    summed budgets (``tests/bench/bench_memory.py`` measures it)."""
+    return max(MIN_MEMO_CHARS, live_bytes // MEMO_SHARE)
 
 
 def footprint(messages: Sequence[Message]) -> int:
@@ -75,6 +95,7 @@ class Replica:
         self.profiles = profiles
         self.limit = limit
         self.limit_bytes = limit_bytes
+        memos.configure(memo_chars(limit_bytes))  # (process-wide: the replica made last sets it)
         self.used = 0
         """The summed ``size`` of the cached sessions."""
         self._live: OrderedDict[str, Live] = OrderedDict()

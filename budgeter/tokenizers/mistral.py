@@ -33,7 +33,7 @@ from importlib import resources
 from typing import Any
 
 from budgeter.core.counting import Adaptation, later_system
-from budgeter.core.memo import IdentityMemo, Walks
+from budgeter.core.memo import CharMemo, IdentityMemo, Walks
 from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import TemplateError
@@ -79,6 +79,14 @@ def _memo_tools(validator: Any, checked: set[tuple[str, ...]], keys: Callable[[S
     return validator
 
 
+def _chars(m: Any) -> int:
+    """Characters of a message's text: ours (``Message.size``) or mistral-common's (its content)."""
+    if isinstance(m, Message):
+        return m.size
+    content = getattr(m, "content", None)
+    return len(content) if isinstance(content, str) else 0
+
+
 def _memo_messages(validator: Any) -> Any:
     """Each message is checked once per validator, by identity: mistral-common's check of a
     message by its role reads only the message (and, for an assistant message, whether it is
@@ -118,7 +126,7 @@ def _resume_checks(validator: Any, on: Callable[[], bool]) -> Any:
     from mistral_common.protocol.instruct.messages import Roles
     from mistral_common.protocol.instruct.validator import MistralRequestValidator as Base
 
-    passed: Walks[None] = Walks()
+    passed: Walks[None] = Walks(size=_chars)
     resume: list[tuple[Any, int]] = []  # (the list being validated, its messages shared with a passed one)
 
     def before_last_assistant(shared: int, messages: Any) -> int:
@@ -318,7 +326,7 @@ class _RunMemo:
         walk is neither resumed nor kept: the conversation's next build resumes its own).
         Both are set only inside ``reusing``."""
         self._runs = IdentityMemo(limit=50_000)
-        self._walks: Walks[_Walk] = Walks()
+        self._walks: Walks[_Walk] = Walks(size=_chars)
         self._normalizer = normalizer
         self._empty_user: Any = None
         aggregate = normalizer._aggregate_role
@@ -481,19 +489,19 @@ class MistralCounter:
     def __init__(self, tokenizer: Any, *, name: str) -> None:
         self.name = name
         self._tok = tokenizer
-        self._memo: dict[tuple[Any, ...], int] = {}
+        self._memo: CharMemo[tuple[Any, ...], int] = CharMemo()
         self._same = IdentityMemo(limit=200_000)
         """A normalized message's count under its flags, by the message's identity (reuse only)."""
-        self._counted_walks: Walks[_Counted] = Walks()
+        self._counted_walks: Walks[_Counted] = Walks(size=_chars)
         """Recent counts of reusing builds, resumed by the builds that extend them."""
-        self._costs: dict[Message, int] = {}
+        self._costs: CharMemo[Message, int] = CharMemo()
         self._finetuning: Any = None
         self._checked: set[tuple[str, ...]] = set()
         self._tools_json = IdentityMemo(limit=64)
         self._memoized(tokenizer._chat_completion_request_validator)
-        self._converted: dict[Message, Any] = {}
-        self._as_user: dict[Message, Message] = {}
-        self._conversions: Walks[list[Any]] = Walks()
+        self._converted: CharMemo[Message, Any] = CharMemo()
+        self._as_user: CharMemo[Message, Message] = CharMemo()
+        self._conversions: Walks[list[Any]] = Walks(size=_chars)
         """Reusing builds' converted message lists, extended by the builds that share their start."""
         self._tools: tuple[Sequence[JSONDict], list[Any] | None] = ((), None)
         self._runs = _RunMemo(tokenizer._instruct_request_normalizer)
@@ -577,9 +585,7 @@ class MistralCounter:
             m = out[i]
             got = self._as_user.get(m)
             if got is None:
-                if len(self._as_user) >= 10_000:
-                    self._as_user.clear()
-                got = self._as_user[m] = dataclasses.replace(m, role="user")
+                got = self._as_user.put(m, dataclasses.replace(m, role="user"), m.size)
             out[i] = got
         return out
 
@@ -604,9 +610,7 @@ class MistralCounter:
         if got is None:
             from mistral_common.protocol.instruct.converters import convert_openai_messages
 
-            if len(self._converted) >= 200_000:
-                self._converted.clear()
-            got = self._converted[m] = convert_openai_messages([_request_dict(m)])[0]
+            got = self._converted.put(m, convert_openai_messages([_request_dict(m)])[0], m.size)
         return got
 
     def _convert_tools(self, tools: Sequence[JSONDict]) -> list[Any] | None:
@@ -702,9 +706,7 @@ class MistralCounter:
         key = (type(msg).__name__, msg.model_dump_json(), flags)
         n = self._memo.get(key)
         if n is None:
-            if len(self._memo) >= 200_000:
-                self._memo.clear()
-            n = self._memo[key] = self._how_many(encode)
+            n = self._memo.put(key, self._how_many(encode), len(key[1]))
         return n
 
     def _how_many(self, encode: Callable[[], Sequence[int] | None]) -> int:
@@ -734,7 +736,8 @@ class MistralCounter:
         return self.message_cost(message), []
 
     def import_cost(self, message: Message, cost: int, counts: Sequence[int]) -> None:
-        self._costs.setdefault(message, int(cost))
+        if message not in self._costs:
+            self._costs.put(message, int(cost), message.size)
 
     def message_cost(self, message: Message) -> int:
         """The message's tokens in mistral-common's encoding of a request holding it alone (after
@@ -745,9 +748,7 @@ class MistralCounter:
         calls) is priced by its text plus 4 tokens."""
         cost = self._costs.get(message)
         if cost is None:
-            if len(self._costs) >= 200_000:
-                self._costs.clear()
-            cost = self._costs[message] = self._alone(message)
+            cost = self._costs.put(message, self._alone(message), message.size)
         return cost
 
     def _alone(self, message: Message) -> int:

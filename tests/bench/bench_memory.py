@@ -102,41 +102,36 @@ def one_run(n: int, chars: int, live_bytes: int) -> None:
             sid, msgs, got = play(sessions, make_session(k, chars=chars))
             ids.append(sid)
             print(f"  session {k}: {msgs} messages, {got / 1e6:.2f}M chars; RSS {rss_mb():.0f} MB, "
-                  f"cache {len(sessions.replica)} sessions, {sessions.replica.used / 2**20:.0f} MiB accounted")
+                  f"cache {len(sessions.replica)} sessions, {sessions.replica.used / 2**20:.0f} MiB accounted; "
+                  f"{memos_held()}")
         for sid in ids:  # each once more: evicted ones are read from the store again
             sessions.append(sid, [Message("user", "One more thing: run the tests again.")])
             sessions.build(sid)
         gc.collect()
         print(f"  after a turn of each again: RSS {rss_mb():.0f} MB, cache {len(sessions.replica)} sessions, "
-              f"{sessions.replica.used / 2**20:.0f} MiB accounted; peak RSS {rss_mb('VmHWM'):.0f} MB "
+              f"{sessions.replica.used / 2**20:.0f} MiB accounted, {memos_held()}; peak RSS {rss_mb('VmHWM'):.0f} MB "
               f"({(rss_mb('VmHWM') - start) / (n * chars / 1e6):.1f} MB per million characters over the start)")
+
+
+def memos_held() -> str:
+    """What the process-wide memos hold against their budget (``core/memo.py``)."""
+    from budgeter.core import memo
+
+    held = list(memo.bounded())
+    return (f"memos {sum(m.chars for m in held) / 1e6:.1f}M chars held, {len(held)} of "
+            f"{memo.budget() / 1e6:.1f}M each")
 
 
 def clear_message_memos(sessions: Any) -> None:
     """Empty the process-wide memos that hold messages, or text and objects made from them; each
-    is bounded on its own (in entries or characters) and turns over as other sessions are
-    served. The piece-count cache (``PieceCounter._cache``, 400K pieces) is left as it is."""
-    from budgeter.core import counting, engine
-    from budgeter.core.memo import IdentityMemo, Walks
-    from budgeter.service import convert
+    is bounded on its own (``core/memo.py``) and turns over as other sessions are served. The
+    piece-count cache (``PieceCounter._cache``) is left as it is."""
+    from budgeter.core import memo
 
-    counter = sessions.profiles.counter(PROFILE)
-    counter._dicts.clear()
-    counter._costs.clear()
-    counter.pieces._segments.clear()
-    counter.pieces._segment_chars = 0
-    engine._handles_memo.clear()
-    counting._wired = IdentityMemo(limit=1 << 16)
-    convert._sent_texts = IdentityMemo(limit=64 << 20, size=len)
-    env = getattr(getattr(counter.format, "_template", None), "environment", None)
-    closures = [counter.adapter, *(env.filters.values() if env is not None else ())]
-    for f in closures:
-        for cell in getattr(f, "__closure__", None) or ():
-            held = cell.cell_contents
-            if isinstance(held, dict):
-                held.clear()
-            elif isinstance(held, IdentityMemo | Walks):
-                held._items.clear()
+    pieces = sessions.profiles.counter(PROFILE).pieces._cache
+    for held in memo.bounded():
+        if held is not pieces:
+            held.clear()
 
 
 def calibrate(chars: int) -> None:

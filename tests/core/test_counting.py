@@ -123,7 +123,7 @@ def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
     fresh.delimit("<|im_start|>")
     assert fresh.counted(text) == whole.counted(text)  # segments learnt from a lone count...
     assert fresh.count(text) == cut.count(text) == whole.count(text)  # ...and from a count
-    assert cut._segment_chars == sum(map(len, cut._segments)) <= 40
+    assert cut._segments.chars == sum(map(len, cut._segments)) <= 40
     assert all(len(segment) <= 10 for segment in cut._segments)  # a quarter of the room at most
 
 
@@ -147,5 +147,5 @@ def test_the_segment_counts_kept_stay_within_their_room(tiny_bpe_path):
     texts = [*"bcdefg", "h" * 9, "i" * 9, "j" * 9, "k" * 7, "l" * 10, "m" * 11]
     for text in texts:
         assert counter.count(text) == PieceCounter(counter.tokenizer).count(text)
-        assert counter._segment_chars == sum(map(len, counter._segments)) <= 40
+        assert counter._segments.chars == sum(map(len, counter._segments)) <= 40
     assert list(counter._segments) == ["i" * 9, "j" * 9, "k" * 7, "l" * 10]

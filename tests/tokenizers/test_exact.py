@@ -352,7 +352,7 @@ def test_mistral_audit_turns_reuse_off_on_a_difference():
     counter.count_prompt(messages, tools)
     memo = counter._same._items  # a cache gone wrong: every remembered count one too high
     memo.update({k: (objects, n + 1) for k, (objects, n) in memo.items()})
-    for _, walk in counter._counted_walks._items.values():  # and every remembered walk's sums
+    for _, walk, _ in counter._counted_walks._items.values():  # and every remembered walk's sums
         walk.sums[:] = [n + 1 for n in walk.sums]
     counter.audit_every = 1
     assert counter.count_prompt(messages, tools) == exact

@@ -350,14 +350,16 @@ def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
     """``tojson`` of the same container again answers from a memo. The tool schemas and parsed
     arguments a template serializes are the same objects on every build (the session's tools,
     the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
-    the answer is the text made the first time. Anything but a dict or list is serialized as before."""
-    from budgeter.core.memo import IdentityMemo
+    the answer is the text made the first time. Anything but a dict or list is serialized as before.
+    Bounded by the characters of the texts held (``core/memo.py``: parsed arguments can hold a whole
+    file), and the memo of calls with no options by ``limit`` entries too."""
+    from budgeter.core.memo import CharMemo, IdentityMemo
 
     tojson = env.filters.get("tojson")
     if tojson is None or getattr(tojson, "_budgeter_memo", False):
         return
-    memo = IdentityMemo(limit=limit)
-    plain: dict[int, tuple[Any, Any]] = {}
+    memo = IdentityMemo(size=len)
+    plain: CharMemo[int, tuple[Any, Any]] = CharMemo()
     """``x|tojson`` with no options (the Qwen templates' tools and arguments): by ``x``'s id alone, ``x`` held beside
     its text so that the id stays its own (no key tuple, no closure: 5 calls a Qwen3.6 render)."""
 
@@ -368,9 +370,10 @@ def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
             return memo.get((x,), lambda: tojson(x, *args, **kwargs), key=(args, tuple(sorted(kwargs.items()))))
         hit = plain.get(id(x))
         if hit is None:
+            text = tojson(x)
             if len(plain) >= limit:
                 plain.clear()
-            hit = plain[id(x)] = (x, tojson(x))
+            hit = plain.put(id(x), (x, text), len(text))
         return hit[1]
 
     memo_tojson._budgeter_memo = True  # type: ignore[attr-defined]

@@ -1,0 +1,68 @@
+"""The memos' own accounting: each is bounded by the characters it holds, clears when an insert
+would take it over, and a conversation's walks are one walk, its latest."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgeter.core import memo
+from budgeter.core.memo import CharMemo, IdentityMemo, Walks
+
+
+@pytest.fixture
+def budget():
+    before = memo.budget()
+    memo.configure(100)
+    yield 100
+    memo.configure(before)
+
+
+def test_a_char_memo_clears_before_going_over(budget):
+    m: CharMemo[str, int] = CharMemo()
+    for k in range(30):
+        m.put(f"k{k}", k, 7)
+        assert m.chars == 7 * len(m) <= budget
+    assert len(m) < 30 and m.limit_chars == budget
+
+
+def test_an_identity_memo_counts_its_answers_sizes(budget):
+    m = IdentityMemo(size=len)
+    keys = [object() for _ in range(30)]
+    for k in keys:
+        assert m.get((k,), lambda: "x" * 9) == "x" * 9
+        assert m.chars == 9 * len(m) <= budget
+
+
+def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
+    before = memo.budget()
+    memo.configure(1000)
+    try:
+        w: Walks[int] = Walks(size=len)
+        one = [f"one {k:05}" for k in range(60)]  # 9 characters each
+        for end in range(20, 30):  # past the shared start, each walk replaces the one it extends
+            items = one[:end]  # (the same list to find and keep, as a build passes its request)
+            assert w.find(items) == ((end - 1, end - 1) if end > 20 else (None, 0))
+            w.keep(items, end)
+            assert len(w) == 1 and w.chars == 9 * end
+        two = [f"two {k:05}" for k in range(200)]
+        for end in range(20, 200, 10):  # another conversation, longer than the budget holds
+            items = two[:end]
+            w.find(items)
+            w.keep(items, end)
+            assert w.chars <= 1000
+        assert w.find(one[:30]) == (None, 0)  # cleared on the way
+    finally:
+        memo.configure(before)
+
+
+def test_configure_resizes_and_clears_what_is_over():
+    before = memo.budget()
+    m: CharMemo[str, int] = CharMemo()
+    m.put("a", 1, 500)
+    try:
+        memo.configure(1000)
+        assert m.limit_chars == 1000 and len(m) == 1
+        memo.configure(100)
+        assert m.limit_chars == 100 and len(m) == 0 and m.chars == 0
+    finally:
+        memo.configure(before)
