@@ -13,7 +13,8 @@ A store keeps sessions as opaque records; it knows nothing of messages or tokeni
   never look the same. Stores that cannot lose an acknowledged write keep it empty.
 
 ``append`` is atomic: the batch lands contiguously, after a check of the incarnation and, when
-given, of the expected version (optimistic concurrency). ``read(since=n)`` returns the session row
+given, of the expected version (optimistic concurrency) and, where the store keeps digests, of
+the expected digest's prefix (the others ignore it). ``read(since=n)`` returns the session row
 and the records from index ``n`` in one round trip, so a replica fetches only what it lacks.
 """
 

@@ -123,8 +123,8 @@ def connect(url: str) -> Any:
 
 
 class _Conns(dict[str, Any]):
-    """A thread's script connections by node; closed with the thread (a Cluster node's connection
-    sits in a reference cycle, which the garbage collector would break socket first)."""
+    """A thread's script connections by node, closed when the thread ends (left to the garbage
+    collector, a Cluster node's connection was found with its socket still open)."""
 
     def __del__(self) -> None:
         for conn in self.values():

@@ -1,7 +1,8 @@
 """What the Redis store needs to survive a primary's death: durable acknowledgements and a Cluster
 slot map that follows a failover.
 
-Durability levels (``Settings.durability``), chosen once, at the first write:
+Durability levels (``Settings.durability``), settled once, at the store's first ping (start-up) or
+first write:
 - ``primary``: an append is acknowledged when the primary's script returns. A primary that dies
   before its replicas have the write takes it with it (and its request_id record).
 - ``replica``: after the script, ``WAIT replicas timeout`` on the same connection: acknowledged
