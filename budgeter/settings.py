@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(64 << 20, ge=1 << 16)
     idempotency_ttl: float = Field(86_400.0, gt=0)
     """Seconds a request_id is remembered."""
+    durability: Literal["auto", "primary", "replica", "aof"] = "auto"
+    """(Redis) When an append is acknowledged: ``primary``, once the primary has it; ``replica``,
+    once ``durability_replicas`` replicas have it too (WAIT); ``aof``, once the primary and they
+    have also written it to their append-only files (WAITAOF, Redis >= 7.2); ``auto``: ``replica``
+    when every primary has a replica at start, else ``primary``. deploy/OPERATIONS.md says what each
+    survives and costs."""
+    durability_replicas: int = Field(1, ge=1)
+    durability_timeout: float = Field(1.0, gt=0)
+    """Seconds an append waits for its replicas; then it is refused (UNAVAILABLE, STORE_UNAVAILABLE),
+    and a retry with the same request_id is answered as a replay if the write survives."""
     live_sessions: int = Field(512, ge=1)
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     live_bytes: int = Field(1 << 30, ge=1)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -31,9 +32,12 @@ def free_port() -> int:
 class RedisServer:
     """Start, stop and restart a private redis-server (no persistence)."""
 
-    def __init__(self, binary: str, port: int | None = None, *, aof: bool = False) -> None:
+    def __init__(self, binary: str, port: int | None = None, *, aof: bool = False,
+                 extra: Sequence[str] = ()) -> None:
         self.binary = binary
         self.aof = aof
+        self.extra = list(extra)
+        """More arguments, such as ``["--replicaof", "127.0.0.1", "6379"]``."""
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="budgeter-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -46,7 +50,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always",
-             "--dir", self.dir, "--daemonize", "no"],
+             "--dir", self.dir, "--daemonize", "no", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

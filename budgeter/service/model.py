@@ -57,7 +57,7 @@ class SessionInfo:
 
     @property
     def etag(self) -> str:
-        return make_etag(self.record.version, self.record.incarnation)
+        return make_etag(self.record.version, self.record.incarnation, self.record.digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +161,20 @@ class CountResult:
     notes: tuple[str, ...]
 
 
-def make_etag(version: int, incarnation: str) -> str:
-    return f"{version}.{incarnation[:12]}"
+def make_etag(version: int, incarnation: str, digest: str = "") -> str:
+    """``VERSION.INCARNATION`` and, where the store keeps one, ``.DIGEST``: two histories of one
+    length that differ (a write lost in a failover, then another at its index) get two etags."""
+    return f"{version}.{incarnation[:12]}" + (f".{digest[:12]}" if digest else "")
+
+
+def etag_digest(etag: str) -> str:
+    """The digest part of an etag ("" for an etag without one)."""
+    return etag.split(".", 2)[2] if etag.count(".") >= 2 else ""
 
 
 def parse_etag(etag: str, incarnation: str) -> int:
-    version, _, inc = etag.partition(".")
+    version, _, rest = etag.partition(".")
+    inc = rest.split(".", 1)[0]
     if not version.isdigit() or not inc:
         raise InvalidInput(f"malformed etag {etag!r}", field="etag")
     if not incarnation.startswith(inc):

@@ -33,7 +33,7 @@ from budgeter.core.messages import Message, from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
 from budgeter.service.model import SessionInfo, StoredMessage
 from budgeter.service.profiles import Profiles
-from budgeter.store.base import SessionRecord, SessionStore
+from budgeter.store.base import SessionRecord, SessionStore, chain
 
 BYTES_PER_CHAR = 8
 BYTES_PER_MESSAGE = 600
@@ -71,6 +71,8 @@ class Live:
     info: SessionInfo
     engine: Session
     version: int = 0
+    digest: str = ""
+    """The store's digest at ``version`` (``store.base.chain``): names the content, not only its length."""
     events_seen: int = 0
     stored_handles: set[str] = field(default_factory=set)
     unstored: dict[str, str] = field(default_factory=dict)
@@ -136,18 +138,21 @@ class Replica:
                 except SessionNotFound:
                     self.forget(sid)
                     raise
-                if record.incarnation == live.info.record.incarnation and record.version >= live.version:
+                if (record.incarnation == live.info.record.incarnation and record.version >= live.version
+                        and _same_line(live, record, records)):
                     self._catch_up(live, records)
+                    live.digest = record.digest
                     self._apply_events(live, record.events)
                     return live
-            self.forget(sid)  # replaced, or rolled back (a store restored from a backup): load it again
+            self.forget(sid)  # replaced, rolled back (a store restored from a backup) or diverged
+            # (a write this replica saw was lost in a failover, another took its index): load it again
         raise EtagMismatch("the session keeps being replaced; retry", metadata={"session": sid})
 
     def _new_live(self, record: SessionRecord) -> Live:
         info = SessionInfo.of(record)
         config = info.config
         counter = self.profiles.counter(config.tokenizer)
-        return Live(info, Session(counter, policy=config.policy, tools=config.tools))
+        return Live(info, Session(counter, policy=config.policy, tools=config.tools), digest=record.digest)
 
     def _keep(self, live: Live) -> Live:
         with self._live_lock:
@@ -180,19 +185,20 @@ class Replica:
             self.used -= old.size
 
     def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
-                facts: Sequence[Facts] | None, *, events: int = -1) -> bool:
+                facts: Sequence[Facts] | None, *, events: int = -1, digests: tuple[str, str] = ("", "")) -> bool:
         """Write-through: messages this replica just appended at ``first_index`` go to the live
         engine with the facts already computed, so the next request reads nothing back from the
         store. When another writer came between, the next sync reads the records instead; facts
         previewed against another history length are computed again. ``events``: the session's
-        event count the append saw; events this engine has not applied are read now. True when
-        written."""
+        event count the append saw; events this engine has not applied are read now. ``digests``:
+        the store's digest before and after the batch; written only onto this engine's own
+        history. True when written."""
         with live.lock:
-            if live.version != first_index:
+            if live.version != first_index or live.digest != digests[0]:
                 return False
             live.engine.append(messages, facts)
             self._grow(live, messages)
-            live.version = version
+            live.version, live.digest = version, digests[1]
             if events >= 0:
                 self._apply_events(live, events)
             return True
@@ -223,3 +229,9 @@ class Replica:
             live.engine.append(messages)
         self._grow(live, messages)
         live.version += len(records)
+
+
+def _same_line(live: Live, record: SessionRecord, records: Sequence[str]) -> bool:
+    """The store's history continues this replica's: its digest is this one's chained over the
+    records past it (unchecked where the store keeps no digest)."""
+    return not record.digest or chain(live.digest, records) == record.digest

@@ -250,7 +250,9 @@ def _tls(settings: Settings) -> grpc.ServerCredentials | None:
 def _store_options(settings: Settings) -> dict[str, Any]:
     opts: dict[str, Any] = {"idempotency_ttl": settings.idempotency_ttl}
     if settings.store_url.startswith(("redis", "unix://")):
-        opts["prefix"] = settings.redis_prefix
+        opts.update(prefix=settings.redis_prefix, durability=settings.durability,
+                    durability_replicas=settings.durability_replicas,
+                    durability_timeout=settings.durability_timeout)
     return opts
 
 

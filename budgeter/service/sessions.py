@@ -43,6 +43,7 @@ from budgeter.service.model import (
     SessionConfig,
     SessionInfo,
     StoredMessage,
+    etag_digest,
     external_id,
     make_etag,
     parse_etag,
@@ -156,7 +157,7 @@ class Sessions:
         with live.lock:
             facts = live.engine.log.preview(messages)
             previewed_at = len(live.engine.log)
-            seen = live.version
+            seen, seen_digest = live.version, live.digest
         with self.profiles.lock(cfg.tokenizer):
             for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
@@ -165,10 +166,12 @@ class Sessions:
                              f.result.value if f.result is not None else None))
         results = [[cost, [c.to_list() for c in calls], status] for cost, calls, status in made]  # as stored
         expected = parse_etag(etag, info.record.incarnation) if etag else (seen if unread else None)
+        expected_digest = etag_digest(etag) if etag else (seen_digest if unread else "")
         def store_append(fp: str) -> AppendOutcome:
             return self.store.append(
                 info.id, records, incarnation=info.record.incarnation, request_id=request_id,
-                fingerprint=fp, result=dumps_compact(results), expected_version=expected)
+                fingerprint=fp, result=dumps_compact(results), expected_version=expected,
+                expected_digest=expected_digest)
 
         try:
             outcome = store_append(fp)
@@ -176,12 +179,13 @@ class Sessions:
             outcome = store_append(fingerprint([dumps_text(loads(t)).encode() for t in texts]))
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
-            facts if previewed_at == outcome.first_index else None, events=outcome.events)
+            facts if previewed_at == outcome.first_index else None, events=outcome.events,
+            digests=(outcome.digest_before, outcome.digest))
         if outcome.replayed:  # what the first append answered, as stored
             made = [(cost, tuple(CallInfo.from_list(c) for c in calls), result)
                     for cost, calls, result in json.loads(outcome.result)]
         appended = tuple(Appended(outcome.first_index + i, *m) for i, m in enumerate(made))
-        return AppendResult(appended, make_etag(outcome.version, info.record.incarnation),
+        return AppendResult(appended, make_etag(outcome.version, info.record.incarnation, outcome.digest),
                             outcome.version, outcome.replayed, cfg.tokenizer, current)
 
     def check_sizes(self, sizes: Sequence[int]) -> None:
@@ -217,7 +221,7 @@ class Sessions:
             live.unstored.update((LINK + h, link.encode()) for h, link in result.links.items()
                                  if LINK + h not in live.stored_handles)
             new = dict(live.unstored)  # with any a failed write left (a later link may extend one)
-            info = replace(live.info, record=replace(live.info.record, version=live.version))
+            info = replace(live.info, record=replace(live.info.record, version=live.version, digest=live.digest))
         if new:
             self.store.put_payloads(sid, new)
             with live.lock:
@@ -326,7 +330,8 @@ def _at(live: Live, etag: str) -> bool:
     if not etag:
         return True
     try:
-        return parse_etag(etag, live.info.record.incarnation) == live.version
+        return (parse_etag(etag, live.info.record.incarnation) == live.version
+                and live.digest.startswith(etag_digest(etag)))
     except (InvalidInput, EtagMismatch):  # malformed, or another incarnation: the reading path says so
         return False
 

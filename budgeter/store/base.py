@@ -7,15 +7,20 @@ A store keeps sessions as opaque records; it knows nothing of messages or tokeni
 - the session's history, a list of record strings, append-only;
 - idempotency entries: ``request_id`` -> (fingerprint, first index, result), expiring;
 - elided payloads, content-addressed (handle -> text), living as long as the session;
-- events, an append-only list of JSON strings (the session record counts them).
+- events, an append-only list of JSON strings (the session record counts them);
+- (Redis) ``digest``: a hash chained over every record appended, ``chain(digest, records)``, so
+  two histories of one length that differ (a write lost in a failover, then another at its index)
+  never look the same. Stores that cannot lose an acknowledged write keep it empty.
 
 ``append`` is atomic: the batch lands contiguously, after a check of the incarnation and, when
-given, of the expected version (optimistic concurrency). ``read(since=n)`` returns the session row
+given, of the expected version (optimistic concurrency) and, where the store keeps digests, of
+the expected digest's prefix (the others ignore it). ``read(since=n)`` returns the session row
 and the records from index ``n`` in one round trip, so a replica fetches only what it lacks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +44,8 @@ class SessionRecord:
     version: int = 0
     events: int = 0
     """Number of session events (guard-rail verdicts, rescued paths, planned edits)."""
+    digest: str = ""
+    """``chain`` over the records appended (empty where the store keeps none)."""
 
     def renewed(self, now: float, version: int) -> SessionRecord:
         return replace(self, version=version, expires=now + self.ttl if self.ttl else None)
@@ -53,6 +60,9 @@ class AppendOutcome:
     events: int = -1
     """The session's event count when the batch landed (-1 on a replay): a writer that skipped
     reading the session first learns from it whether events came in meanwhile."""
+    digest_before: str = ""
+    """The session's digest the batch was chained onto (a write-through checks it is its own)."""
+    digest: str = ""
 
 
 class StaleIncarnation(Exception):
@@ -69,7 +79,7 @@ class SessionStore(Protocol):
     def count(self) -> int: ...
     def append(self, session_id: str, records: Sequence[str], *, incarnation: str,
                request_id: str, fingerprint: str, result: str,
-               expected_version: int | None = None) -> AppendOutcome: ...
+               expected_version: int | None = None, expected_digest: str = "") -> AppendOutcome: ...
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]: ...
     def add_event(self, session_id: str, event: str) -> int: ...
     def events(self, session_id: str, *, since: int = 0) -> list[str]: ...
@@ -99,6 +109,13 @@ def check_version(expected: int | None, actual: int) -> None:
         raise EtagMismatch(
             f"the session changed: expected version {expected}, it is at {actual}",
             metadata={"expected_version": expected, "version": actual})
+
+
+def chain(digest: str, records: Sequence[str]) -> str:
+    """The digest after ``records`` (as the Redis append script computes it)."""
+    for record in records:
+        digest = hashlib.sha1(digest.encode() + record.encode()).hexdigest()
+    return digest
 
 
 def now() -> float:

@@ -74,7 +74,7 @@ class MemoryStore:
 
     def append(self, session_id: str, records: Sequence[str], *, incarnation: str,
                request_id: str, fingerprint: str, result: str,
-               expected_version: int | None = None) -> AppendOutcome:
+               expected_version: int | None = None, expected_digest: str = "") -> AppendOutcome:
         with self._lock:
             entry = self._entry(session_id)
             if entry.record.incarnation != incarnation:

@@ -8,8 +8,10 @@ Two keys outside the tag index sessions: ``{prefix}:index`` (ids, for paging) an
 ``{prefix}:expiry`` (ids by expiry time, for the session quota).
 
 Append is one Lua script: it checks the incarnation, replays a known request_id, checks the
-expected version, pushes the batch and bumps the version atomically, so concurrent writers on
-several replicas lose nothing and each batch stays contiguous. A replica reads only the records
+expected version, pushes the batch, bumps the version, chains the batch into the session's digest
+and records the request_id atomically, so concurrent writers on several replicas lose nothing and
+each batch stays contiguous. At durability ``replica``/``aof`` the acknowledgement then waits for
+replicas on the script's own connection (``redis_ha``). A replica reads only the records
 past the version it has cached (one MULTI round trip). Connection failures become
 ``StoreUnavailable``; the pool reconnects by itself on the next call once Redis is back.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,7 +29,8 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from budgeter.errors import AlreadyExists, PayloadNotFound, SessionNotFound, StoreUnavailable
+from budgeter.errors import AlreadyExists, EtagMismatch, PayloadNotFound, SessionNotFound, StoreUnavailable
+from budgeter.store import redis_ha
 from budgeter.store.base import (
     AppendOutcome,
     SessionRecord,
@@ -47,20 +50,30 @@ return 1
 """
 
 APPEND = """
-local meta = redis.call('HMGET', KEYS[1], 'incarnation', 'version', 'ttl', 'events')
+local meta = redis.call('HMGET', KEYS[1], 'incarnation', 'version', 'ttl', 'events', 'digest')
 if not meta[1] then return {'NOT_FOUND'} end
 if meta[1] ~= ARGV[1] then return {'STALE'} end
 local version = tonumber(meta[2])
+local digest = meta[5] or ''
 if ARGV[2] ~= '' then
   local done = redis.call('GET', KEYS[3])
-  if done then return {'REPLAY', done, tostring(version)} end
+  if done then
+    redis.call('PEXPIRE', KEYS[3], ARGV[6])
+    return {'REPLAY', done, tostring(version), digest}
+  end
 end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'CONFLICT', tostring(version)} end
-local n = #ARGV - 6
-for i = 7, #ARGV, 4000 do
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'CONFLICT', tostring(version), digest} end
+if ARGV[7] ~= '' and string.sub(digest, 1, #ARGV[7]) ~= ARGV[7] then
+  return {'CONFLICT', tostring(version), digest}
+end
+local n = #ARGV - 7
+for i = 8, #ARGV, 4000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 3999, #ARGV)))
 end
+local before = digest
+for i = 8, #ARGV do digest = redis.sha1hex(digest .. ARGV[i]) end
 local new = redis.call('HINCRBY', KEYS[1], 'version', n)
+redis.call('HSET', KEYS[1], 'digest', digest)
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[3], ARGV[3] .. '\\n' .. version .. '\\n' .. ARGV[5], 'PX', ARGV[6])
 end
@@ -72,7 +85,7 @@ if ttl and ttl > 0 then
   redis.call('PEXPIRE', KEYS[4], ms)
   redis.call('PEXPIRE', KEYS[5], ms)
 end
-return {'OK', tostring(version), tostring(new), meta[3] or '0', meta[4] or '0'}
+return {'OK', tostring(version), tostring(new), meta[3] or '0', meta[4] or '0', before, digest}
 """
 
 ADD_EVENT = """
@@ -109,11 +122,21 @@ def connect(url: str) -> Any:
     return redis.Redis.from_url(url, **opts)
 
 
+class _Conns(dict[str, Any]):
+    """A thread's script connections by node, closed when the thread ends (left to the garbage
+    collector, a Cluster node's connection was found with its socket still open)."""
+
+    def __del__(self) -> None:
+        for conn in self.values():
+            conn.disconnect()
+
+
 class RedisStore:
     name = "redis"
 
-    def __init__(self, client: Any, *, prefix: str = "budgeter",
-                 idempotency_ttl: float = 86_400.0) -> None:
+    def __init__(self, client: Any, *, prefix: str = "budgeter", idempotency_ttl: float = 86_400.0,
+                 durability: str = "auto", durability_replicas: int = 1,
+                 durability_timeout: float = 1.0) -> None:
         self.client = client
         self.prefix = prefix
         self._idem_ms = int(idempotency_ttl * 1000)
@@ -125,9 +148,11 @@ class RedisStore:
         self._expiry = f"{prefix}:expiry"
         self.round_trips = 0
         """Requests sent to Redis (a pipeline or a script counts once); exported as a metric."""
-        self._pool = client.connection_pool if isinstance(client, redis.Redis) else None
-        """Where the threads' script connections come from (a Redis Cluster client: none, its
-        scripts take the client's own path)."""
+        self._asked = durability
+        self._level: str | None = None
+        self._replicas = durability_replicas
+        self._wait_ms = max(1, int(durability_timeout * 1000))
+        self._slots = redis_ha.SlotMap(client)
         self._own = threading.local()
         self._owned: weakref.WeakSet[Any] = weakref.WeakSet()
         """The threads' script connections, for ``close``; a thread's goes (and its socket closes)
@@ -143,48 +168,85 @@ class RedisStore:
         return {"meta": f"{base}:meta", "msgs": f"{base}:msgs", "pay": f"{base}:pay",
                 "events": f"{base}:events", "req": f"{base}:req"}
 
+    @property
+    def durability(self) -> str:
+        """The level appends are acknowledged at (``redis_ha``), settled at the first call."""
+        if self._level is None:
+            with self._guard(trips=0), self._owned_lock:
+                self._level = self._level or redis_ha.resolve(self.client, self._asked,
+                                                              replicas=self._replicas)
+        return self._level
+
     @contextmanager
     def _guard(self, trips: int = 1) -> Iterator[None]:
         self.round_trips += trips
         try:
             yield
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
-                redis.exceptions.ReadOnlyError, redis.exceptions.ClusterDownError) as exc:
+                redis.exceptions.ReadOnlyError, redis.exceptions.ClusterDownError,
+                redis.exceptions.MovedError, redis.exceptions.AskError) as exc:
+            self._slots.refresh(exc)  # a failover moved the slot: the next call goes to its new owner
             raise StoreUnavailable(f"Redis is unavailable: {exc}",
                                    metadata={"store": "redis"}) from exc
         except redis.RedisError as exc:
             raise StoreUnavailable(f"Redis error: {exc}", metadata={"store": "redis"}) from exc
 
-    def _script(self, script: Any, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """``script(keys=..., args=...)`` as one EVALSHA (loaded again where Redis lost it).
+    def _script(self, script: Any, *, keys: Sequence[str], args: Sequence[Any],
+                durable: Callable[[Any], bool] | None = None) -> Any:
+        """``script(keys=..., args=...)`` as one EVALSHA (loaded again where Redis lost it), on a
+        connection of the calling thread's own to the node that owns ``keys[0]``.
 
-        The scripts run every turn (the append, the payloads), so they go out on a connection of
-        the calling thread's own, straight through redis-py's ``Connection``, without the client's
-        pool, retry and observability layers (70 against 98 us of CPU a call, in a turn). A
-        connection error there sends the call again through the client, which reconnects and
-        retries with backoff as every other command does (one attempt more than they get); a
-        script Redis has lost is loaded again there too."""
-        if self._pool is not None:
-            conn = self._connection()
+        The scripts run every turn (the append, the payloads), so they go straight through
+        redis-py's ``Connection``, without the client's pool, retry and observability layers (70
+        against 98 us of CPU a call, in a turn), and a durable write must be waited for on the
+        connection that made it. ``durable(reply)``: whether the reply acknowledges a write that
+        must reach the replicas first (``redis_ha.await_replicas``). A connection error or a
+        Cluster redirection before the reply sends the script again (after a refresh of the slot
+        map), three times with backoff; one while waiting for replicas does not (the caller retries
+        with its request_id)."""
+        level = self.durability if durable is not None else "primary"
+        for attempt in range(4):
+            conn = self._connection(keys[0])
             try:
-                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                return conn.read_response()
-            except (redis.ConnectionError, redis.TimeoutError):
+                reply = self._evalsha(conn, script, keys, args)
+                break
+            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MovedError,
+                    redis.exceptions.AskError) as exc:
                 conn.disconnect()
-            except redis.exceptions.NoScriptError:
-                pass
-        try:
-            return self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            script.sha = self.client.script_load(script.script)
-            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                self._slots.refresh(exc)
+                if attempt == 3:
+                    raise
+                time.sleep(0.05 * 2 ** attempt)
+        if durable is not None and durable(reply):
+            redis_ha.await_replicas(conn, level, replicas=self._replicas, timeout_ms=self._wait_ms)
+        return reply
 
-    def _connection(self) -> Any:
-        conn = getattr(self._own, "conn", None)
+    @staticmethod
+    def _evalsha(conn: Any, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return conn.read_response()
+        except redis.exceptions.NoScriptError:
+            conn.send_command("SCRIPT", "LOAD", script.script)
+            conn.read_response()
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return conn.read_response()
+
+    def _connection(self, key: str) -> Any:
+        """The calling thread's script connection to the node that owns ``key`` (a single Redis:
+        the one node)."""
+        if redis_ha.is_cluster(self.client):
+            node = self.client.get_node_from_key(key)
+            name, pool = node.name, self.client.get_redis_connection(node).connection_pool
+        else:
+            name, pool = "", self.client.connection_pool
+        conns = getattr(self._own, "conns", None)
+        if conns is None:
+            conns = self._own.conns = _Conns()
+        conn = conns.get(name)
         if conn is None:
-            assert self._pool is not None
-            kwargs = {**self._pool.connection_kwargs, "client_name": SCRIPTS_CLIENT}
-            conn = self._own.conn = self._pool.connection_class(**kwargs)
+            kwargs = {**pool.connection_kwargs, "client_name": SCRIPTS_CLIENT}
+            conn = conns[name] = pool.connection_class(**kwargs)
             with self._owned_lock:
                 self._owned.add(conn)
         return conn
@@ -202,14 +264,14 @@ class RedisStore:
             config=meta[b"config"].decode(), created=float(meta[b"created"]), ttl=ttl,
             expires=now() + pttl / 1000 if pttl > 0 else None,
             version=int(meta[b"version"]) if version is None else version,
-            events=int(meta.get(b"events", 0)))
+            events=int(meta.get(b"events", 0)), digest=meta.get(b"digest", b"").decode())
 
     def create(self, record: SessionRecord) -> None:
         k = self.keys(record.id)
         with self._guard(trips=2):  # the script, then the index pipeline
             made = self._script(self._create, keys=[k["meta"], k["msgs"], k["pay"], k["events"]],
                                 args=[record.incarnation, record.config, repr(record.created),
-                                      repr(record.ttl or 0)])
+                                      repr(record.ttl or 0)], durable=bool)
             if not made:
                 raise AlreadyExists(f"session {record.id!r} already exists",
                                     metadata={"session": record.id})
@@ -267,14 +329,15 @@ class RedisStore:
 
     def append(self, session_id: str, records: Sequence[str], *, incarnation: str,
                request_id: str, fingerprint: str, result: str,
-               expected_version: int | None = None) -> AppendOutcome:
+               expected_version: int | None = None, expected_digest: str = "") -> AppendOutcome:
         k = self.keys(session_id)
         req = f"{k['req']}:{incarnation}:{request_id}"
         args = [incarnation, request_id, fingerprint,
                 "" if expected_version is None else str(expected_version), result,
-                str(self._idem_ms), *records]
+                str(self._idem_ms), expected_digest, *records]
         with self._guard():
-            reply = self._script(self._append, keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]], args=args)
+            reply = self._script(self._append, keys=[k["meta"], k["msgs"], req, k["pay"], k["events"]],
+                                 args=args, durable=lambda r: r[0] in (b"OK", b"REPLAY"))
             status = reply[0].decode()
             if status == "OK" and float(reply[3]) > 0:
                 self.round_trips += 1
@@ -285,11 +348,15 @@ class RedisStore:
             raise StaleIncarnation(session_id)
         if status == "CONFLICT":
             check_version(expected_version, int(reply[1]))
+            raise EtagMismatch(f"the session changed: expected digest {expected_digest}, it is at "
+                               f"{reply[2].decode()[:len(expected_digest)]} (same version, other history)",
+                               metadata={"version": int(reply[1])})
         if status == "REPLAY":
             stored_fp, first, stored = reply[1].decode().split("\n", 2)
             check_replay(request_id, fingerprint, stored_fp)
-            return AppendOutcome(int(first), int(reply[2]), stored, replayed=True)
-        return AppendOutcome(int(reply[1]), int(reply[2]), result, events=int(reply[4]))
+            return AppendOutcome(int(first), int(reply[2]), stored, replayed=True, digest=reply[3].decode())
+        return AppendOutcome(int(reply[1]), int(reply[2]), result, events=int(reply[4]),
+                             digest_before=reply[5].decode(), digest=reply[6].decode())
 
     def read(self, session_id: str, *, since: int = 0) -> tuple[SessionRecord, list[str]]:
         k = self.keys(session_id)
@@ -348,8 +415,14 @@ class RedisStore:
         return text.decode()
 
     def ping(self) -> None:
+        """The store answers: a single Redis, or every primary of a Cluster (after a refresh of
+        the slot map, so a promoted replica counts and the dead primary does not)."""
         with self._guard():
-            self.client.ping()
+            if redis_ha.is_cluster(self.client):
+                self._slots.ping()
+            else:
+                self.client.ping()
+        self.durability  # noqa: B018 - settled at start-up (the first ping), not at the first write
 
     def close(self) -> None:
         with self._owned_lock:

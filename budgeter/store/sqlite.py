@@ -159,7 +159,7 @@ class SQLiteStore:
 
     def append(self, session_id: str, records: Sequence[str], *, incarnation: str,
                request_id: str, fingerprint: str, result: str,
-               expected_version: int | None = None) -> AppendOutcome:
+               expected_version: int | None = None, expected_digest: str = "") -> AppendOutcome:
         with self._tx(write=True) as db:
             rec = self._row(db, session_id)
             if rec.incarnation != incarnation:
