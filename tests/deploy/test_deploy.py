@@ -145,7 +145,7 @@ def test_liveness_probe_stays_serving_through_a_redis_outage(private_redis):
     def status(service: str) -> int:
         with grpc.insecure_channel(srv.target) as channel:
             return health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=5).status
+                health_pb2.HealthCheckRequest(service=service), timeout=600).status
 
     serving = health_pb2.HealthCheckResponse.SERVING
     try:

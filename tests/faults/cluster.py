@@ -22,7 +22,7 @@ from tests.store.test_redis_cluster import cluster_ports
 NODE_TIMEOUT_MS = 1000
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 600.0) -> None:
     """Poll ``condition`` until it holds; ``timeout`` is only a safety net."""
     deadline = time.monotonic() + timeout
     while not _quiet(condition):

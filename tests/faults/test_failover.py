@@ -55,7 +55,10 @@ def session_on_a_primary_other_than_the_first(cluster: Cluster, name: str) -> st
 
 def serving(target: str) -> bool:
     with grpc.insecure_channel(target) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        except grpc.RpcError:  # not answering yet (a busy machine): not serving, ask again
+            return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -99,7 +102,7 @@ class Load:
 
     def wait_acks(self, counts: list[int]) -> None:
         wait_for(lambda: all(len(a) >= c for a, c in zip(self.acked, counts, strict=True)),
-                 f"{counts} acknowledged appends", timeout=90)
+                 f"{counts} acknowledged appends", timeout=600)
 
     def finish(self) -> None:
         self.stop.set()
@@ -124,7 +127,7 @@ def run(cluster: Cluster, servers: list[ServerProcess], name: str, fault: Callab
         fault(sid)
         wait_for(lambda: cluster.role(replica) == "master", "the replica's promotion")
         promoted = time.monotonic()
-        wait_for(lambda: any(ok and t > promoted for t, ok in load.reads), "a read after the promotion", timeout=60)
+        wait_for(lambda: any(ok and t > promoted for t, ok in load.reads), "a read after the promotion", timeout=600)
         wait_for(lambda: all(serving(s.target) for s in servers), "health SERVING on every server")
         # the promoted replica has no replica of its own until the dead primary rejoins as one:
         # appends wait for it (durability "replica"), refused and retried meanwhile

@@ -167,7 +167,7 @@ def test_sigterm_drains_in_flight_calls_and_reports_not_serving(tmp_path):
         stub = health_pb2_grpc.HealthStub(channel)
         while health_pb2.HealthCheckResponse.NOT_SERVING not in seen and server.proc.poll() is None:
             try:
-                seen.append(stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status)
+                seen.append(stub.Check(health_pb2.HealthCheckRequest(), timeout=600).status)
             except grpc.RpcError as err:
                 seen.append(err.code().name)
                 break

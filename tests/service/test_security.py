@@ -82,7 +82,7 @@ def test_tls_and_mutual_tls(certs):
     try:
         with Client(f"localhost:{srv.port}", tls_ca=certs / "ca.pem") as c:
             assert c.count_tokens(text="hello over TLS") > 0
-        with Client(srv.target, timeout=3) as plain, pytest.raises(ClientError) as e:
+        with Client(srv.target, timeout=3, retries=0) as plain, pytest.raises(ClientError) as e:
             plain.tokenizers()  # plaintext to a TLS port fails
         assert e.value.code == grpc.StatusCode.UNAVAILABLE
     finally:
@@ -93,7 +93,7 @@ def test_tls_and_mutual_tls(certs):
         with Client(f"localhost:{srv.port}", tls_ca=certs / "ca.pem", tls_cert=certs / "client.pem",
                     tls_key=certs / "client.key") as c:
             assert c.count_tokens(text="mutual") > 0
-        with Client(f"localhost:{srv.port}", tls_ca=certs / "ca.pem", timeout=3) as c, \
+        with Client(f"localhost:{srv.port}", tls_ca=certs / "ca.pem", timeout=3, retries=0) as c, \
                 pytest.raises(ClientError) as e:
             c.tokenizers()  # no client certificate
         assert e.value.code == grpc.StatusCode.UNAVAILABLE

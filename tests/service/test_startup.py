@@ -62,9 +62,10 @@ def test_an_unreachable_store_stops_the_start_with_its_url_and_cause():
 
 
 def health(target: str, service: str) -> int:
+    """The status a health check answers (a busy machine may take a while: no short deadline)."""
     with grpc.insecure_channel(target) as channel:
         return health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=5).status
+            health_pb2.HealthCheckRequest(service=service), timeout=600).status
 
 
 def wait_for(target: str, service: str, status: int, timeout: float = 600) -> None:
@@ -196,7 +197,7 @@ def test_serve_is_not_ready_until_warmed_up_and_a_sigterm_then_stops_it_cleanly(
                     time.sleep(0.02)
                 assert serving not in seen and server.proc.returncode == 0
             else:
-                wait_for(server.target, "", serving, timeout=60)
+                wait_for(server.target, "", serving)
                 assert health(server.target, SERVICE) == serving
         finally:
             out = server.stop()
