@@ -579,8 +579,10 @@ _ROLE = operator.attrgetter("role")
 
 
 def later_system(messages: Sequence[Message]) -> bool:
-    """Whether a message after the first is a system message (one pass in C over the roles)."""
-    return "system" in map(_ROLE, itertools.islice(messages, 1, None))
+    """Whether a message after the first is a system message, or a developer message (which
+    renders as one), in passes in C over the roles."""
+    roles = list(map(_ROLE, itertools.islice(messages, 1, None)))
+    return "system" in roles or "developer" in roles
 
 
 def prefilled(dicts: Sequence[Mapping[str, Any]]) -> bool:
