@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from budgeter.core.engine import BuildResult
@@ -30,6 +30,7 @@ from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import (
+    JSON,
     STALE_CONNECTION,
     UPSTREAM_ERRORS,
     RequestTooLarge,
@@ -346,7 +347,7 @@ class Proxy:
         except Exception as exc:
             return error_response(exc)
         self.metrics.built(result)
-        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
+        return JSON({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}})
 
     def _fit(self, raw: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any], BuildResult]:
         request = Request.of(raw)
@@ -361,8 +362,8 @@ class Proxy:
         try:
             await self._blocking(self.sessions.store.ping)
         except Exception:
-            return JSONResponse({"status": "NOT_SERVING", "store": self.sessions.store.name}, 503)
-        return JSONResponse({"status": "SERVING", "store": self.sessions.store.name, "upstream": self.url})
+            return JSON({"status": "NOT_SERVING", "store": self.sessions.store.name}, 503)
+        return JSON({"status": "SERVING", "store": self.sessions.store.name, "upstream": self.url})
 
     async def metrics_route(self, http: HTTPRequest) -> Response:
         return Response(generate_latest(self.metrics.registry), headers={"content-type": CONTENT_TYPE_LATEST})
@@ -456,7 +457,7 @@ def report_headers(turn: Turn) -> dict[str, str]:
 async def not_found(http: HTTPRequest, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     what = "no such route" if status == 404 else "method not allowed"
-    return JSONResponse(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
+    return JSON(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
                                    code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
 
 

@@ -61,6 +61,8 @@ class Request:
     def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
         if "messages" not in body:
             raise InvalidInput("messages is required", field="messages")
+        if not isinstance(body.get("stream"), bool | None):
+            raise InvalidInput("stream must be true or false", field="stream")
         messages = from_openai_list(body["messages"])
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
