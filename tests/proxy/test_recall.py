@@ -84,3 +84,23 @@ def test_an_unknown_handle_is_answered_with_an_error_the_model_can_read(make_pro
     proxy.client.chat.completions.create(model="m", messages=conversation()[:2], tools=TOOLS)
     answer = upstream.received[1]["messages"][-1]
     assert answer["role"] == "tool" and answer["content"].startswith("Error: no payload")
+
+
+@pytest.mark.parametrize("field,value", [("max_tokens", '"abc"'), ("max_tokens", "1e999"), ("max_tokens", "[1]"),
+                                         ("max_completion_tokens", "true"), ("max_tokens", "1.5")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_max_tokens_that_is_not_an_integer_is_a_400_before_the_upstream(make_proxy, upstream, field, value,
+                                                                          stream):
+    """Found by tests/fuzz/test_mutations.py: the recall round read it with int() (a 500 after the
+    upstream had answered)."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": '{"handle": "0000000000000000"}'}],
+                           finish_reason="tool_calls"), Script(content="ok"))
+    body = json.dumps({"model": "m", "messages": conversation()[:2], "stream": stream})[:-1] + f', "{field}": {value}}}'
+    r = httpx.post(proxy.base_url + "/chat/completions", content=body.encode(),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("INVALID_INPUT", field)
+    assert upstream.received == []
+    fine = {"model": "m", "messages": conversation()[:2], field: 64, "stream": stream}
+    assert httpx.post(proxy.base_url + "/chat/completions", json=fine).status_code == 200
