@@ -263,11 +263,17 @@ def proxy() -> Iterator[tuple[str, Upstream]]:
     up = Upstream()
     running = Running(up.app)
     values: dict[str, Any] = {"upstream": running.base_url, "store": "memory://", "proxy_port": 0,
-                              "window": 32768, "reserve": 512, "metrics_port": 0, "upstream_read_timeout": 30.0}
+                              "window": 32768, "reserve": 512, "metrics_port": 0, "upstream_read_timeout": 30.0,
+                              "recall_tool": True}
     server = start(Settings(**values), sessions=open_sessions(Settings(**values)))
     yield server.base_url, up
     server.stop()
     running.stop()
+
+
+RECALL_ARGS = ['{"handle": "0123456789abcdef"}', '{"handle": ""}', "{}", '{"handle": 5}', "[1]", "",
+               '{"handle": "\\ud800"}', "[" * mu.DEEP + "]" * mu.DEEP, '{"a": ' * mu.DEEP + "1" + "}" * mu.DEEP,
+               '{"handle": 1e999}']
 
 
 def reply_scripts(tools: list[Any]) -> st.SearchStrategy[Script]:
@@ -281,6 +287,8 @@ def reply_scripts(tools: list[Any]) -> st.SearchStrategy[Script]:
         st.builds(lambda t: Script(content=t), mu.texts(proto=True)),
         st.builds(lambda cs: Script(tool_calls=cs, finish_reason="tool_calls"), st.lists(call, min_size=1, max_size=3)),
         cut,
+        st.builds(lambda a: Script(tool_calls=[{"id": "r1", "name": "budgeter_recall", "arguments": a}],
+                                   finish_reason="tool_calls"), st.sampled_from(RECALL_ARGS)),
         st.just(Script(raw=b"<html>bad gateway</html>")),
         st.just(Script(raw=b"data: nonsense\n\n", media_type="text/event-stream")),
         st.just(Script(status=429, error={"error": {"message": "slow down", "type": "rate_limit_error",
@@ -300,7 +308,7 @@ def bodies(draw, messages: list[Any], tools: list[Any]) -> dict[str, Any]:
             body["stream_options"] = {"include_usage": True}
     odd = draw(st.integers(0, 12))
     if odd == 0:
-        body["max_tokens"] = draw(st.sampled_from([0, -1, mu.INT32, 2**64, 1.5, "10", None]))
+        body["max_tokens"] = draw(st.sampled_from([0, -1, mu.INT32, 2**64, 1.5, "10", None, float("inf"), [1]]))
     elif odd == 1 and messages:
         m = draw(st.sampled_from(messages))
         m["content"] = draw(st.sampled_from([[{"type": "text", "text": "part"}], 5, {"a": 1}, [], [5], None, True]))
