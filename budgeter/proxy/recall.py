@@ -44,7 +44,7 @@ def answers(reply: Message, lookup: Callable[[str], str]) -> list[Message]:
             args = json.loads(call.arguments or "{}")
             handle = args.get("handle", "") if isinstance(args, dict) else ""
             text = lookup(str(handle)) if handle else "Error: give the handle, e.g. {\"handle\": \"h...\"}"
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: no handle either
             text = "Error: arguments must be JSON like {\"handle\": \"h...\"}"
         except BudgeterError as exc:
             text = f"Error: {exc.message}"

@@ -104,3 +104,14 @@ def test_a_max_tokens_that_is_not_an_integer_is_a_400_before_the_upstream(make_p
     assert upstream.received == []
     fine = {"model": "m", "messages": conversation()[:2], field: 64, "stream": stream}
     assert httpx.post(proxy.base_url + "/chat/completions", json=fine).status_code == 200
+
+
+@pytest.mark.parametrize("arguments", ["[" * 1100 + "]" * 1100, '{"a":' * 1100 + "1" + "}" * 1100])
+def test_recall_arguments_nested_past_the_parser_are_answered_with_an_error(make_proxy, upstream, arguments):
+    """Found by tests/fuzz/test_mutations.py: json.loads raised RecursionError, not ValueError (a 500)."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": arguments}], finish_reason="tool_calls"),
+                    Script(content="ok"))
+    got = proxy.client.chat.completions.create(model="m", messages=conversation()[:2], tools=TOOLS)
+    assert got.choices[0].message.content == "ok"
+    assert upstream.received[1]["messages"][-1]["content"].startswith("Error: arguments must be JSON")
