@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from budgeter.core.messages import Message, from_openai_list, to_openai
@@ -60,9 +61,21 @@ def too_large(results: list[Message], needed: int, budget: int) -> list[Message]
 
 def extend(body: dict[str, Any], call: Message, results: list[Message]) -> dict[str, Any]:
     """The next upstream body: the recall call and its answers after the prompt."""
-    stripped = Message("assistant", call.content, call.tool_calls, reasoning=call.reasoning)
+    calls = tuple(replace(c, arguments=_as_object(c.arguments)) for c in call.tool_calls)
+    stripped = Message("assistant", call.content, calls, reasoning=call.reasoning)
     extra = [to_openai(stripped), *(to_openai(m) for m in results)]
     return {**body, "messages": [*body["messages"], *extra]}
+
+
+def _as_object(arguments: str) -> str:
+    """A recall call's arguments as a template renders them: a JSON object. Anything else (an
+    array, null, a number, text that is no JSON) is sent as ``{}``; its answer says it was not
+    readable. Sent as they came, an array or null made the count fail (a 400 for the client's
+    good request, after the upstream had answered)."""
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except (ValueError, RecursionError):
+        return "{}"
 
 
 def as_messages(body: dict[str, Any]) -> list[Message]:

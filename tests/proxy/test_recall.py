@@ -115,3 +115,20 @@ def test_recall_arguments_nested_past_the_parser_are_answered_with_an_error(make
     got = proxy.client.chat.completions.create(model="m", messages=conversation()[:2], tools=TOOLS)
     assert got.choices[0].message.content == "ok"
     assert upstream.received[1]["messages"][-1]["content"].startswith("Error: arguments must be JSON")
+
+
+@pytest.mark.parametrize("arguments", ["[1]", "null", "1e999", "{"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_arguments_that_are_no_object_are_sent_as_an_empty_one(make_proxy, upstream, arguments, stream):
+    """Found by tests/fuzz/test_mutations.py: the call went back upstream as it came, and the
+    proxy's count of that body failed in the template (`|items` on a list): a 400 TEMPLATE_ERROR
+    for the client's good request."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": arguments}], finish_reason="tool_calls"),
+                    Script(content="ok"))
+    r = httpx.post(proxy.base_url + "/chat/completions",
+                   json={"model": "m", "messages": conversation()[:2], "tools": TOOLS, "stream": stream})
+    assert r.status_code == 200, r.text
+    call, answer = upstream.received[1]["messages"][-2:]
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert answer["content"].startswith("Error: ")
