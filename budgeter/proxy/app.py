@@ -458,7 +458,7 @@ async def not_found(http: HTTPRequest, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     what = "no such route" if status == 404 else "method not allowed"
     return JSON(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
-                                   code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
+                           code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
 
 
 def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -> Starlette:

@@ -52,8 +52,8 @@ class UpstreamError(e.BudgeterError):
 
 class JSON(JSONResponse):
     """A JSON response written by budgeter's serializer: a lone surrogate that came in as a
-    ``\\ud800`` escape (in a field passed back as it came) goes out as that escape, where
-    Starlette's ``json.dumps(...).encode()`` raised (a 500)."""
+    ``\\ud800`` escape (in a field passed back as it came) goes out as that escape, which
+    Starlette's ``json.dumps(...).encode()`` cannot write."""
 
     def render(self, content: Any) -> bytes:
         return dumps_bytes(content)

@@ -68,10 +68,9 @@ def extend(body: dict[str, Any], call: Message, results: list[Message]) -> dict[
 
 
 def _as_object(arguments: str) -> str:
-    """A recall call's arguments as a template renders them: a JSON object. Anything else (an
-    array, null, a number, text that is no JSON) is sent as ``{}``; its answer says it was not
-    readable. Sent as they came, an array or null made the count fail (a 400 for the client's
-    good request, after the upstream had answered)."""
+    """A recall call's arguments as a template renders them (``|items``): a JSON object. Anything
+    else (an array, null, a number, text that is no JSON) is sent as ``{}``, beside the answer
+    saying it was not readable."""
     try:
         return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except (ValueError, RecursionError):
