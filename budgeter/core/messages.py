@@ -136,7 +136,7 @@ def _arguments(raw: Any, *, field: str) -> str:
     if isinstance(raw, str):
         return _repaired_arguments(_clean(raw))
     if isinstance(raw, Mapping):  # some clients send objects; keep them as canonical JSON text
-        return json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+        return _clean(json.dumps(raw, ensure_ascii=False, separators=(",", ":")))
     if raw is None:
         return ""
     raise InvalidMessage(f"{field} must be a JSON string", field=field)
@@ -149,8 +149,8 @@ def _tool_call(raw: Any, *, where: str) -> ToolCall:
     if not isinstance(fn, Mapping):
         raise InvalidMessage(f"{where}.function must be an object", field=f"{where}.function")
     return ToolCall(
-        id=_str(raw.get("id"), field=f"{where}.id", default=""),
-        name=_str(fn.get("name"), field=f"{where}.function.name", default=""),
+        id=_clean(_str(raw.get("id"), field=f"{where}.id", default="")),
+        name=_clean(_str(fn.get("name"), field=f"{where}.function.name", default="")),
         arguments=_arguments(fn.get("arguments"), field=f"{where}.function.arguments"),
     )
 
@@ -185,12 +185,17 @@ def from_openai(raw: Any, *, index: int = 0) -> Message:
         role=role,
         content=_text(content, where=where),
         tool_calls=tuple(_tool_call(c, where=f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
-        tool_call_id=tool_call_id if role == "tool" else None,
-        name=raw.get("name") if isinstance(raw.get("name"), str) else None,
-        reasoning=_clean(reasoning) if isinstance(reasoning, str) else None,
-        finish_reason=raw.get("finish_reason") if isinstance(raw.get("finish_reason"), str) else None,
+        tool_call_id=_optional(tool_call_id) if role == "tool" else None,
+        name=_optional(raw.get("name")),
+        reasoning=_optional(reasoning),
+        finish_reason=_optional(raw.get("finish_reason")),
         status=status,
     )
+
+
+def _optional(value: Any) -> str | None:
+    """An optional string field, cleaned like content; anything else is ignored."""
+    return _clean(value) if isinstance(value, str) else None
 
 
 def _declared(raw: Mapping[str, Any], status: str | None, content: Any, *, where: str) -> tuple[str | None, Any]:

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from budgeter.core.counting import Adaptation
@@ -32,6 +32,7 @@ from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
 from budgeter.proxy import recall
 from budgeter.proxy.errors import (
+    JSON,
     STALE_CONNECTION,
     UPSTREAM_ERRORS,
     RequestTooLarge,
@@ -353,7 +354,7 @@ class Proxy:
             return error_response(exc)
         self.metrics.built(result)
         self.metrics.adapted(adapted)
-        return JSONResponse({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
+        return JSON({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
                             headers=notes_header(adapted))
 
     def _fit(self, raw: dict[str, Any], options: dict[str, Any]
@@ -373,15 +374,15 @@ class Proxy:
         try:
             await self._blocking(self.sessions.store.ping)
         except Exception:
-            return JSONResponse({"status": "NOT_SERVING", **body, "store_reachable": False}, 503)
+            return JSON({"status": "NOT_SERVING", **body, "store_reachable": False}, 503)
         why = await self.upstream_down()
         body |= {"store_reachable": True, "upstream_reachable": not why, **({"upstream_error": why} if why else {})}
-        return JSONResponse({"status": "NOT_SERVING" if why else "SERVING", **body}, 503 if why else 200)
+        return JSON({"status": "NOT_SERVING" if why else "SERVING", **body}, 503 if why else 200)
 
     async def liveness(self, http: HTTPRequest) -> Response:
         """The process serves (as the gRPC service's ``liveness`` health service): a store or an
         upstream that is down is no reason to restart it."""
-        return JSONResponse({"status": "SERVING"})
+        return JSON({"status": "SERVING"})
 
     async def upstream_down(self) -> str:
         """Why the upstream cannot be reached ('' when it answers, with any status: an upstream
@@ -507,8 +508,8 @@ def notes_header(adapted: Sequence[Adaptation]) -> dict[str, str]:
 async def not_found(http: HTTPRequest, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     what = "no such route" if status == 404 else "method not allowed"
-    return JSONResponse(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
-                                   code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
+    return JSON(error_body(f"{what}: {http.method} {http.url.path}", type_="invalid_request_error",
+                           code="NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"), status)
 
 
 def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -> Starlette:

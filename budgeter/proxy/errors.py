@@ -50,22 +50,31 @@ class UpstreamError(e.BudgeterError):
         self.status = status
 
 
+class JSON(JSONResponse):
+    """A JSON response written by budgeter's serializer: a lone surrogate that came in as a
+    ``\\ud800`` escape (in a field passed back as it came) goes out as that escape, which
+    Starlette's ``json.dumps(...).encode()`` cannot write."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps_bytes(content)
+
+
 def body(message: str, *, type_: str, code: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def error_response(exc: BaseException) -> JSONResponse:
+def error_response(exc: BaseException) -> JSON:
     if isinstance(exc, UpstreamError):
-        return JSONResponse(body(exc.message, type_="upstream_error", code=exc.reason), exc.status)
+        return JSON(body(exc.message, type_="upstream_error", code=exc.reason), exc.status)
     if isinstance(exc, e.BudgeterError):
         status, type_ = next((s, t) for cls, s, t in TABLE if isinstance(exc, cls))
         field = getattr(exc, "field", "") or None
         headers = {"connection": "close"} if isinstance(exc, RequestTooLarge) else None  # body left unread
-        return JSONResponse(body(exc.message, type_=type_, code=exc.reason, param=field), status, headers=headers)
+        return JSON(body(exc.message, type_=type_, code=exc.reason, param=field), status, headers=headers)
     from budgeter.service.errors import log_internal
 
     log_internal(exc)  # type and stack only: never message bodies
-    return JSONResponse(body("internal error", type_="server_error", code="INTERNAL"), 500)
+    return JSON(body("internal error", type_="server_error", code="INTERNAL"), 500)
 
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)

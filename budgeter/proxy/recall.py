@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from budgeter.core.messages import Message, from_openai_list, to_openai
@@ -44,7 +45,7 @@ def answers(reply: Message, lookup: Callable[[str], str]) -> list[Message]:
             args = json.loads(call.arguments or "{}")
             handle = args.get("handle", "") if isinstance(args, dict) else ""
             text = lookup(str(handle)) if handle else "Error: give the handle, e.g. {\"handle\": \"h...\"}"
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: no handle either
             text = "Error: arguments must be JSON like {\"handle\": \"h...\"}"
         except BudgeterError as exc:
             text = f"Error: {exc.message}"
@@ -60,9 +61,20 @@ def too_large(results: list[Message], needed: int, budget: int) -> list[Message]
 
 def extend(body: dict[str, Any], call: Message, results: list[Message]) -> dict[str, Any]:
     """The next upstream body: the recall call and its answers after the prompt."""
-    stripped = Message("assistant", call.content, call.tool_calls, reasoning=call.reasoning)
+    calls = tuple(replace(c, arguments=_as_object(c.arguments)) for c in call.tool_calls)
+    stripped = Message("assistant", call.content, calls, reasoning=call.reasoning)
     extra = [to_openai(stripped), *(to_openai(m) for m in results)]
     return {**body, "messages": [*body["messages"], *extra]}
+
+
+def _as_object(arguments: str) -> str:
+    """A recall call's arguments as a template renders them (``|items``): a JSON object. Anything
+    else (an array, null, a number, text that is no JSON) is sent as ``{}``, beside the answer
+    saying it was not readable."""
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except (ValueError, RecursionError):
+        return "{}"
 
 
 def as_messages(body: dict[str, Any]) -> list[Message]:

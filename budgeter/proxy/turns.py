@@ -60,13 +60,25 @@ class Request:
 
     @classmethod
     def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
-        if "messages" not in body:
-            raise InvalidInput("messages is required", field="messages")
+        _check_fields(body)
         messages = from_openai_list(body["messages"])
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
         tools = check_tools(body.get("tools") or [])
         return cls(messages, [*tools, *extra_tools])
+
+
+def _check_fields(body: dict[str, Any]) -> None:
+    """The fields the proxy reads itself: refused here when ill-typed, never sent on (a server
+    taking ``"stream": "yes"`` as true would stream to a proxy reading a completion)."""
+    if "messages" not in body:
+        raise InvalidInput("messages is required", field="messages")
+    if not isinstance(body.get("stream"), bool | None):
+        raise InvalidInput("stream must be true or false", field="stream")
+    for name in ("max_tokens", "max_completion_tokens"):  # the recall round does arithmetic with it
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidInput(f"{name} must be an integer", field=name)
 
 
 class ProxySessions:

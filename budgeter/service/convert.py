@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from budgeter.core.edits import Edit, EditPlan
 from budgeter.core.guards import CallVerdict
-from budgeter.core.jsonargs import dumps_compact, dumps_text
+from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates
 from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
@@ -119,9 +119,9 @@ def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
 
 def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
     out = pb.ToolCallVerdict(
-        id=c.id, name=c.name, status=ARG_STATUS[c.status], detail=c.detail, runnable=c.runnable,
-        file_operation=FILE_OP[c.operation], path=c.path, repeat_error=c.repeat_error,
-        problems=[pb.Problem(code=code, field=field, message=message) for code, field, message in c.problems])
+        id=c.id, name=c.name, status=ARG_STATUS[c.status], detail=_utf8(c.detail), runnable=c.runnable,
+        file_operation=FILE_OP[c.operation], path=_utf8(c.path), repeat_error=_utf8(c.repeat_error),
+        problems=[_problem(code, field, message) for code, field, message in c.problems])
     if c.repeat_of is not None:
         out.repeat_of_index = c.repeat_of
     return out
@@ -192,11 +192,21 @@ def tool_call_from_pb(c: pb.ToolCall) -> ToolCall:
 def verdict_to_pb(v: CallVerdict) -> pb.ValidateToolCallResponse:
     out = pb.ValidateToolCallResponse(
         status=ARG_STATUS[v.status.value], runnable=v.runnable, arguments=v.arguments,
-        detail=v.repair or v.detail, repeat_error=v.repeat_error,
-        problems=[pb.Problem(code=p.code, field=p.field, message=p.message) for p in v.problems])
+        detail=_utf8(v.repair or v.detail), repeat_error=_utf8(v.repeat_error),
+        problems=[_problem(p.code, p.field, p.message) for p in v.problems])
     if v.repeat_of is not None:
         out.repeat_of_index = v.repeat_of
     return out
+
+
+def _problem(code: str, field: str, message: str) -> pb.Problem:
+    return pb.Problem(code=code, field=_utf8(field), message=_utf8(message))
+
+
+def _utf8(text: str) -> str:
+    """Text taken from decoded JSON arguments (a path, a key) may hold a lone surrogate from a
+    ``"\\ud800"`` escape, which a protobuf string cannot carry: it goes out as that escape."""
+    return escape_surrogates(text)
 
 
 def suggestion_to_pb(s: PathSuggestion) -> pb.SuggestPathResponse:

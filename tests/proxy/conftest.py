@@ -29,7 +29,7 @@ def template_dicts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             calls = []
             for tc in m["tool_calls"]:
                 fn = dict(tc["function"])
-                with contextlib.suppress(ValueError):
+                with contextlib.suppress(ValueError, RecursionError):
                     fn["arguments"] = json.loads(fn["arguments"])
                 calls.append({**tc, "function": fn})
             m["tool_calls"] = calls

@@ -328,3 +328,28 @@ def test_a_body_over_max_request_bytes_is_a_413_before_the_rest_is_read(make_pro
     assert body.sent < body.chunks  # the server stopped reading; the client never got to the end
     ok = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]})
     assert ok.status_code == 200  # within the limit: served
+
+
+def test_lone_surrogates_outside_content_are_replaced_and_fit_answers_not_a_500(proxy):
+    """Found by tests/fuzz/test_mutations.py: a "\\ud800" escape in reasoning_content (or a name,
+    an id, the model) reached the fit's JSON response as is, which cannot be UTF-8: a 500."""
+    raw = ('{"model": "m\\ud800", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", '
+           '"content": "", "reasoning_content": "\\ud800", "name": "a\\udc00", "tool_calls": [{"id": "c\\ud800", '
+           '"type": "function", "function": {"name": "f\\ud800", "arguments": {"p": "\\ud800"}}}]}, '
+           '{"role": "tool", "tool_call_id": "c\\ud800", "content": "ok"}, {"role": "user", "content": "go"}]}')
+    r = httpx.post(proxy.base_url + "/budgeter/fit", content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["body"]["model"] == "m\ud800"  # passed through, escaped as it came
+    m = r.json()["body"]["messages"][1]
+    assert (m["reasoning_content"], m["tool_calls"][0]["id"], m["tool_calls"][0]["function"]["name"]) == (
+        "\ufffd", "c\ufffd", "f\ufffd")
+
+
+@pytest.mark.parametrize("stream", ["yes", 1, [], {}])
+def test_a_stream_flag_that_is_not_a_boolean_is_a_400(proxy, stream):
+    """Found by tests/fuzz/test_mutations.py: ``"stream": "yes"`` was sent on as is, the proxy
+    reading the reply as a completion and a server taking the flag as true streaming it (a 502)."""
+    r = httpx.post(proxy.base_url + "/chat/completions", json={"messages": [SYSTEM, USER], "stream": stream})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("INVALID_INPUT", "stream")
+    assert proxy.upstream.received == []

@@ -84,3 +84,51 @@ def test_an_unknown_handle_is_answered_with_an_error_the_model_can_read(make_pro
     proxy.client.chat.completions.create(model="m", messages=conversation()[:2], tools=TOOLS)
     answer = upstream.received[1]["messages"][-1]
     assert answer["role"] == "tool" and answer["content"].startswith("Error: no payload")
+
+
+@pytest.mark.parametrize("field,value", [("max_tokens", '"abc"'), ("max_tokens", "1e999"), ("max_tokens", "[1]"),
+                                         ("max_completion_tokens", "true"), ("max_tokens", "1.5")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_max_tokens_that_is_not_an_integer_is_a_400_before_the_upstream(make_proxy, upstream, field, value,
+                                                                          stream):
+    """Found by tests/fuzz/test_mutations.py: the recall round read it with int() (a 500 after the
+    upstream had answered)."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": '{"handle": "0000000000000000"}'}],
+                           finish_reason="tool_calls"), Script(content="ok"))
+    body = json.dumps({"model": "m", "messages": conversation()[:2], "stream": stream})[:-1] + f', "{field}": {value}}}'
+    r = httpx.post(proxy.base_url + "/chat/completions", content=body.encode(),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("INVALID_INPUT", field)
+    assert upstream.received == []
+    fine = {"model": "m", "messages": conversation()[:2], field: 64, "stream": stream}
+    assert httpx.post(proxy.base_url + "/chat/completions", json=fine).status_code == 200
+
+
+@pytest.mark.parametrize("arguments", ["[" * 1100 + "]" * 1100, '{"a":' * 1100 + "1" + "}" * 1100])
+def test_recall_arguments_nested_past_the_parser_are_answered_with_an_error(make_proxy, upstream, arguments):
+    """Found by tests/fuzz/test_mutations.py: json.loads raised RecursionError, not ValueError (a 500)."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": arguments}], finish_reason="tool_calls"),
+                    Script(content="ok"))
+    got = proxy.client.chat.completions.create(model="m", messages=conversation()[:2], tools=TOOLS)
+    assert got.choices[0].message.content == "ok"
+    assert upstream.received[1]["messages"][-1]["content"].startswith("Error: arguments must be JSON")
+
+
+@pytest.mark.parametrize("arguments", ["[1]", "null", "1e999", "{"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_arguments_that_are_no_object_are_sent_as_an_empty_one(make_proxy, upstream, arguments, stream):
+    """Found by tests/fuzz/test_mutations.py: the call went back upstream as it came, and the
+    proxy's count of that body failed in the template (`|items` on a list): a 400 TEMPLATE_ERROR
+    for the client's good request."""
+    proxy = make_proxy(recall_tool=True)
+    upstream.script(Script(tool_calls=[{"id": "r", "name": NAME, "arguments": arguments}], finish_reason="tool_calls"),
+                    Script(content="ok"))
+    r = httpx.post(proxy.base_url + "/chat/completions",
+                   json={"model": "m", "messages": conversation()[:2], "tools": TOOLS, "stream": stream})
+    assert r.status_code == 200, r.text
+    call, answer = upstream.received[1]["messages"][-2:]
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert answer["content"].startswith("Error: ")

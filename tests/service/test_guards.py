@@ -210,3 +210,16 @@ def test_a_session_root_lets_absolute_paths_inside_it_through(client, tmp_path):
     body.write_text(json.dumps({"tool_call": inside, "tools": TOOLS}))
     cli = subprocess.run([sys.executable, "-m", "budgeter", "validate", str(body)], capture_output=True, text=True)
     assert cli.returncode == 1 and json.loads(cli.stdout)["problems"][0]["code"] == "UNSAFE_PATH"
+
+
+def test_a_lone_surrogate_escape_in_a_path_argument_is_answered_not_internal(client):
+    """Found by tests/fuzz/test_mutations.py: the verdict's path (decoded from "\\ud800") and the
+    problems naming it cannot be protobuf strings as they are; they come back escaped."""
+    s = client.create_session(tools=TOOLS)
+    args = '{"path": "a\\ud800.py", "\\udc00": "x", "content": "x"}'
+    out = s.append([{"role": "user", "content": "write"}, call("w1", "write_file", args)])
+    verdict = out["messages"][1]["tool_calls"][0]
+    assert verdict["path"] == "a\\ud800.py" and verdict["status"] == "VALID"
+    checked = s.validate_tool_call(tc("w2", '{"path": "../\\ud800", "content": "x"}'))
+    assert [p["code"] for p in checked["problems"]] == ["UNSAFE_PATH"]
+    assert s.prompt().tokens > 0
