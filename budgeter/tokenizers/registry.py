@@ -260,6 +260,8 @@ def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, st
 
 def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str,
              extra: Sequence[str] = ()) -> PromptCounter:
+    if servers.rebuilds_tools(opts.server):
+        fmt = servers.ServerTools(fmt)  # type: ignore[assignment]
     fmt, found = rules.apply(fmt)
     caps = probe(fmt)
     notes = [source, *extra, f"server: {servers.DESCRIPTIONS[opts.server]}",

@@ -49,6 +49,14 @@ default: ``[user "hi", assistant "Done."]`` is 15 prompt tokens on Qwen3.6, not 
 transformers open a new turn unless the request sets ``continue_final_message`` (their default
 ``add_generation_prompt`` is true)."""
 
+REBUILDS_TOOLS = {"llama.cpp": True, "vllm": False, "transformers": False}
+"""Whether the server rebuilds each tool before the template sees it. llama.cpp's does (b11434,
+``common_chat_tools_parse_oaicompat`` then ``common_chat_tools_to_json_oaicompat``): every function
+tool becomes ``{"type", "function": {"name", "description", "parameters"}}`` in that order, a missing
+description ``""``, missing parameters ``{}``, other keys (``strict``) dropped; the parameters are
+kept as sent. Measured on llama-server: a tool without a description was 4 tokens more there than
+as sent, one with ``strict`` 5 fewer (``tests/tokenizers/test_llamacpp_ground_truth.py``)."""
+
 DESCRIPTIONS = {
     "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
     "vllm": "vLLM / transformers apply_chat_template (no extra template variables)",
@@ -82,6 +90,51 @@ def promotes(server: str) -> bool:
 
 def prefills(server: str) -> bool:
     return PREFILLS[server]
+
+
+def rebuilds_tools(server: str) -> bool:
+    return REBUILDS_TOOLS[server]
+
+
+def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``tool`` as llama.cpp's server hands it to the template (``REBUILDS_TOOLS``)."""
+    fn = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        return tool  # (the server refuses it; so does budgeter's check of the tools)
+    return {"type": "function", "function": {"name": fn["name"], "description": fn.get("description", ""),
+                                             "parameters": fn.get("parameters", {})}}
+
+
+class ServerTools:
+    """A format whose tools are rebuilt as llama.cpp's server rebuilds them before rendering. The
+    same tools list comes on every build of a session: its rebuild is kept until another comes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._last: tuple[Any, Any] = (None, None)
+
+    def __getattr__(self, attribute: str) -> Any:  # source, object_arguments, dynamic, ...
+        return getattr(self.inner, attribute)
+
+    def tracing(self) -> ServerTools | None:
+        """This format over the inner format's tracing copy (``core/frames.py``)."""
+        inner = getattr(self.inner, "tracing", None)
+        traced = inner() if inner is not None else None
+        return ServerTools(traced) if traced is not None else None
+
+    def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
+        return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
+                                 add_generation_prompt=add_generation_prompt)
+
+    def _rebuilt(self, tools: Any) -> Any:
+        if not tools:
+            return tools
+        given, rebuilt = self._last
+        if given is not tools:
+            rebuilt = [llama_cpp_tool(t) for t in tools]
+            self._last = (tools, rebuilt)
+        return rebuilt
 
 
 def variables(server: str) -> dict[str, Any]:

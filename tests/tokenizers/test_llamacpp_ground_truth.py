@@ -293,3 +293,27 @@ def test_lone_surrogates_are_repaired_so_the_server_accepts_and_counts_them(serv
     for sent_prompt in (prompt, list(result.messages)):
         usage, _, ids = _server_counts(url, sent_prompt, tools, counter)
         assert counter.count_prompt(sent_prompt, tools) == usage == len(ids)
+
+
+TOOL_SHAPES = {
+    "no description": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},
+    "keys in another order": {"parameters": {"properties": {"a": {"type": "string"}}, "type": "object"},
+                              "description": "d", "name": "f"},
+    "strict, as the OpenAI Agents SDK sends": {"name": "f", "description": "d", "strict": True,
+                                               "parameters": {"type": "object", "properties": {}}},
+    "no parameters": {"name": "f", "description": "d"},
+}
+
+
+@pytest.mark.parametrize("shape", list(TOOL_SHAPES))
+def test_tools_count_as_the_server_rebuilds_them(served, shape):
+    """llama.cpp's server rebuilds each tool before the template sees it (a missing description
+    becomes "", other keys are dropped, the keys come in its order): the count follows."""
+    counter, url = served
+    if any(note.startswith("server: vLLM") for note in counter.notes):
+        pytest.skip("a profile counting as vLLM does, which hands the tools over as sent")
+    tools = [{"type": "function", "function": TOOL_SHAPES[shape]}]
+    messages = [Message("user", "hi")]
+    usage, text, ids = _server_counts(url, messages, tools, counter)
+    assert counter.render(messages, tools) == text
+    assert counter.count_prompt(messages, tools) == usage == len(ids)
