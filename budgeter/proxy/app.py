@@ -211,8 +211,12 @@ class Proxy:
             upstream.close()
             raise upstream_invalid(self.url, f"{kind or 'no content-type'} to a request for a stream")
         replies: list[Reply] = []
-        relay = self._relay(call, upstream, forward, replies)
+        refused: list[UpstreamError] = []
+        relay = self._relay(call, upstream, forward, replies, refused)
         first = await anext(relay, None)
+        if refused:  # over a limit before anything went out (a loaded proxy reads big pieces): a 502
+            await relay.aclose()
+            raise refused[0]
         if not replies[0].chunks:
             await relay.aclose()
             raise upstream_invalid(self.url, "server-sent events without a chat completion chunk")
@@ -220,7 +224,7 @@ class Proxy:
         return StreamingResponse(resumed(first, relay), upstream.status, headers=headers)
 
     async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str],
-                     replies: list[Reply]) -> AsyncGenerator[bytes, None]:
+                     replies: list[Reply], refused: list[UpstreamError]) -> AsyncGenerator[bytes, None]:
         """Each piece goes out as it comes, but the last is held until the reply is in the session:
         the client's next request can never overtake the append."""
         last: bytes | None = None
@@ -234,6 +238,7 @@ class Proxy:
             log.warning("upstream stream broke: %s", type(exc).__name__)
         except UpstreamError as exc:  # over a limit: the client is told in the stream, nothing is stored
             log.warning("upstream stream refused: %s", exc.reason)
+            refused.append(exc)
             if last is not None:
                 yield last
             last = event(exc)

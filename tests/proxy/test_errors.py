@@ -4,6 +4,7 @@ routes (models, health, metrics) and the stateless fit."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -284,6 +285,21 @@ def test_a_stream_over_max_reply_bytes_ends_with_an_error_event_and_stores_nothi
     got = "".join(c.choices[0].delta.content or "" for c in proxy.client.chat.completions.create(
         **body, extra_headers={"X-Budgeter-Session": "s1"}) if c.choices)
     assert got == "short" and proxy.history("s1")[-1].content == "short"
+
+
+def test_a_stream_over_max_reply_bytes_in_its_first_piece_is_a_502(make_proxy, upstream):
+    """Over the limit before anything was relayed (a loaded proxy reads the upstream in big pieces;
+    here the first event alone is over it): a 502 naming the limit, never a 502 blaming the
+    upstream's format, and nothing stored."""
+    proxy = make_proxy(max_reply_bytes=64 << 10)
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "x" * (70 << 10)}, "finish_reason": None}]}
+    upstream.script(Script(raw=b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n",
+                           media_type="text/event-stream"))
+    r = httpx.post(proxy.base_url + "/chat/completions", headers={"X-Budgeter-Session": "s1"}, timeout=60,
+                   json={"model": "m", "messages": [SYSTEM, USER], "stream": True})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "UPSTREAM_TOO_LARGE", r.text[:300]
+    assert [m.role for m in proxy.history("s1")] == ["system", "user"]
 
 
 def test_a_reply_too_large_to_store_is_a_502_naming_the_upstream_not_a_400(proxy, upstream):
