@@ -219,7 +219,7 @@ def test_a_lone_surrogate_escape_in_a_path_argument_is_answered_not_internal(cli
     args = '{"path": "a\\ud800.py", "\\udc00": "x", "content": "x"}'
     out = s.append([{"role": "user", "content": "write"}, call("w1", "write_file", args)])
     verdict = out["messages"][1]["tool_calls"][0]
-    assert verdict["path"] == "a\\ud800.py" and verdict["status"] == "VALID"
+    assert verdict["path"] == "a\ufffd.py" and verdict["status"] == "VALID"  # repaired as the server gets it
     checked = s.validate_tool_call(tc("w2", '{"path": "../\\ud800", "content": "x"}'))
     assert [p["code"] for p in checked["problems"]] == ["UNSAFE_PATH"]
     assert s.prompt().tokens > 0
