@@ -82,9 +82,11 @@ class Settings(BaseSettings):
     when every primary has a replica at start, else ``primary``. deploy/OPERATIONS.md says what each
     survives and costs."""
     durability_replicas: int = Field(1, ge=1)
-    durability_timeout: float = Field(1.0, gt=0)
+    durability_timeout: float = Field(1.0, gt=0, lt=4)
     """Seconds an append waits for its replicas; then it is refused (UNAVAILABLE, STORE_UNAVAILABLE),
-    and a retry with the same request_id is answered as a replay if the write survives."""
+    and a retry with the same request_id is answered as a replay if the write survives. Under 4: the
+    store connection's read timeout is 5 s, and a WAIT that runs out must be told apart from a store
+    that does not answer (``store/redis.py``)."""
     live_sessions: int = Field(512, ge=1)
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     live_bytes: int = Field(1 << 30, ge=1)

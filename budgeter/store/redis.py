@@ -29,7 +29,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from budgeter.errors import AlreadyExists, EtagMismatch, PayloadNotFound, SessionNotFound, StoreUnavailable
+from budgeter.errors import (
+    AlreadyExists,
+    EtagMismatch,
+    InvalidInput,
+    PayloadNotFound,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from budgeter.store import redis_ha
 from budgeter.store.base import (
     AppendOutcome,
@@ -109,11 +116,15 @@ return 1
 """
 
 
+SOCKET_TIMEOUT = 5.0
+"""A reply's wait on a connection; a WAIT for replicas must end before it (``durability_timeout``)."""
+
+
 def connect(url: str) -> Any:
     """A client for ``redis://``/``rediss://``/``unix://`` URLs, or ``redis+cluster://`` for a
     Redis Cluster. Retries connection errors briefly, with backoff, before giving up."""
     opts: dict[str, Any] = dict(retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
-                                socket_connect_timeout=2.0, socket_timeout=5.0,
+                                socket_connect_timeout=2.0, socket_timeout=SOCKET_TIMEOUT,
                                 health_check_interval=15)
     if url.startswith("redis+cluster://"):
         from redis.cluster import RedisCluster
@@ -151,6 +162,9 @@ class RedisStore:
         self._asked = durability
         self._level: str | None = None
         self._replicas = durability_replicas
+        if not 0 < durability_timeout < SOCKET_TIMEOUT - 1:
+            raise InvalidInput(f"durability_timeout must be above 0 and under {SOCKET_TIMEOUT - 1:g} s (the "
+                               f"connection's read timeout is {SOCKET_TIMEOUT:g} s)", field="durability_timeout")
         self._wait_ms = max(1, int(durability_timeout * 1000))
         self._slots = redis_ha.SlotMap(client)
         self._own = threading.local()

@@ -67,7 +67,7 @@ def test_auto_durability_waits_for_replicas_only_where_there_are_some(pair, priv
 
 def test_an_append_the_replica_has_not_confirmed_is_refused_then_replayed_once(pair):
     primary, replica = pair
-    store = RedisStore.from_url(primary.url, durability="replica", durability_timeout=5)
+    store = RedisStore.from_url(primary.url, durability="replica", durability_timeout=3)
     rec = session(store)
     args = dict(incarnation=rec.incarnation, fingerprint="f", result="r")
     store.append("s", ["before"], request_id="r1", **args)
