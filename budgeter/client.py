@@ -94,7 +94,7 @@ class Prompt:
 
 T = TypeVar("T")
 Op = Generator[tuple[str, Any, bool], Any, T]
-"""An operation: yields (method, request, retries) for each RPC, receives the response, and
+"""An operation: yields (method, request, retry) for each RPC, receives the response, and
 returns the result. ``Client`` runs operations with blocking calls, ``AsyncClient`` with awaits,
 so both share one definition of every method."""
 
