@@ -9,6 +9,7 @@ utilization, failed-payload tokens left, and LangChain's cost and real overflow 
 from __future__ import annotations
 
 import argparse
+import operator
 import statistics
 import time
 
@@ -19,11 +20,13 @@ from tests.bench.bench_service import pct
 from tests.bench.sessions import make_session
 
 
-def turns(msgs):
+def turns(msgs, role=operator.attrgetter("role")):
+    """Each message with the tool results after it, as an agent appends them (``role``: how to
+    read a message's role; ``operator.itemgetter("role")`` for OpenAI dicts)."""
     i = 0
     while i < len(msgs):
         j = i + 1
-        while j < len(msgs) and msgs[j].role == "tool":
+        while j < len(msgs) and role(msgs[j]) == "tool":
             j += 1
         yield msgs[i:j]
         i = j

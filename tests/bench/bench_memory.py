@@ -32,7 +32,8 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-from budgeter.core.messages import Message, from_openai
+from budgeter.core.messages import Message, from_openai_list
+from tests.bench.bench_engine import turns as engine_turns
 from tests.bench.sessions import make_session
 
 PROFILE = "qwen3.6"
@@ -47,16 +48,9 @@ def rss_mb(field: str = "VmRSS") -> float:
 
 
 def turns(messages: list[dict[str, Any]]) -> Iterator[list[Message]]:
-    """The session as a client sends it: each model message with its tool results, parsed from
-    JSON text (no string shared with the body it came from)."""
-    i = 0
-    while i < len(messages):
-        j = i + 1
-        if messages[i]["role"] == "assistant":
-            while j < len(messages) and messages[j]["role"] == "tool":
-                j += 1
-        yield [from_openai(json.loads(json.dumps(m))) for m in messages[i:j]]
-        i = j
+    """The session as a client sends it, parsed from JSON text (no string shared with the body it
+    came from), a turn at a time (``bench_engine.turns``)."""
+    return engine_turns(from_openai_list(json.loads(json.dumps(messages))))
 
 
 def chat(chars: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ prompt, and a session larger than the whole bound still works."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import operator
 from typing import Any
 
 import pytest
@@ -13,23 +13,12 @@ from budgeter.client import Client
 from budgeter.service.replica import Replica, footprint
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
+from tests.bench.bench_engine import turns
 from tests.bench.sessions import make_session
 from tests.service.conftest import settings
 
 WINDOW = 400_000
 """Large enough that no build compacts: a session loaded again builds the same prompt."""
-
-
-def turns(messages: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    """Each model message with its tool results (and each other message alone)."""
-    i = 0
-    while i < len(messages):
-        j = i + 1
-        if messages[i]["role"] == "assistant":
-            while j < len(messages) and messages[j]["role"] == "tool":
-                j += 1
-        yield messages[i:j]
-        i = j
 
 
 def check_accounting(replica: Replica) -> None:
@@ -51,7 +40,7 @@ def play(client: Client, replica: Replica, seed: int, chars: int) -> tuple[str, 
     body = make_session(seed, chars=chars)
     sid = client.create_session(tools=body["tools"], window=WINDOW).id
     prompt = None
-    for turn in turns(body["messages"]):
+    for turn in turns(body["messages"], role=operator.itemgetter("role")):
         prompt = client.prompt(sid, append=turn)
         check_accounting(replica)
     return sid, prompt
