@@ -108,22 +108,37 @@ def detect(fmt: ChatFormat) -> Rules:
                  needs_user=needs_user)
 
 
-class RuledFormat:
+class Wrapped:
+    """A format over another that changes what its render is given: what it does not define is
+    the inner format's (source, object_arguments, dynamic...), and its tracing copy is the same
+    wrapper over the inner format's (``core/frames.py``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+    def over(self, inner: Any) -> Wrapped:
+        """This wrapper around another inner format."""
+        raise NotImplementedError
+
+    def tracing(self) -> Wrapped | None:
+        inner = getattr(self.inner, "tracing", None)
+        traced = inner() if inner is not None else None
+        return self.over(traced) if traced is not None else None
+
+
+class RuledFormat(Wrapped):
     """A format with the rewrites its rules need applied before rendering."""
 
     def __init__(self, inner: ChatFormat, rules: Rules) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.rules = rules
-        self.name = inner.name
 
-    def __getattr__(self, attribute: str) -> Any:  # source, object_arguments, ...
-        return getattr(self.inner, attribute)
-
-    def tracing(self) -> RuledFormat | None:
-        """This format over the inner format's tracing copy (``core/frames.py``)."""
-        inner = getattr(self.inner, "tracing", None)
-        traced = inner() if inner is not None else None
-        return RuledFormat(traced, self.rules) if traced is not None else None
+    def over(self, inner: Any) -> RuledFormat:
+        return RuledFormat(inner, self.rules)
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from budgeter.errors import InvalidTokenizerSpec
+from budgeter.tokenizers.rules import Wrapped
 
 DEFAULT_SERVER = "llama.cpp"
 
@@ -105,23 +106,16 @@ def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
                                              "parameters": fn.get("parameters", {})}}
 
 
-class ServerTools:
+class ServerTools(Wrapped):
     """A format whose tools are rebuilt as llama.cpp's server rebuilds them before rendering. The
     same tools list comes on every build of a session: its rebuild is kept until another comes."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._last: tuple[Any, Any] = (None, None)
 
-    def __getattr__(self, attribute: str) -> Any:  # source, object_arguments, dynamic, ...
-        return getattr(self.inner, attribute)
-
-    def tracing(self) -> ServerTools | None:
-        """This format over the inner format's tracing copy (``core/frames.py``)."""
-        inner = getattr(self.inner, "tracing", None)
-        traced = inner() if inner is not None else None
-        return ServerTools(traced) if traced is not None else None
+    def over(self, inner: Any) -> ServerTools:
+        return ServerTools(inner)
 
     def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
         return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
