@@ -151,7 +151,7 @@ class Proxy:
     def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn
                        ) -> tuple[dict[str, Any], tuple[Adaptation, ...]]:
         """The body sent upstream, and the rewrites for the template it holds (``turns.wire``)."""
-        messages, tools, adapted = self.turns.wire(turn.result, request.tools)
+        messages, tools, adapted = self.turns.wire(turn.result, request.tools, turn.sent)
         out = {**raw, "messages": messages}
         if tools != request.tools or self.extra_tools:
             out["tools"] = tools

@@ -37,6 +37,8 @@ class Turn:
     regenerate: bool = False
     """The request was already stored whole on a line: its answer is not stored, so that the line
     stays at the request for the next regenerate (the client's next turn brings the answer it kept)."""
+    sent: tuple[list[JSONDict], list[JSONDict]] | None = None
+    """The build's request as counted where the template needed a rewrite (``Built.sent``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,7 @@ class ProxySessions:
             raise EtagMismatch("the session changed while this request was being added; retry",
                                metadata={"session": line.id})
         built = self.sessions.build(line.id, after=appended)
-        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate)
+        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate, built.sent)
 
     def _resolve(self, root: str, request: Request) -> tuple[_Line, bool]:
         """The line the request extends, and whether the request was found stored whole on a line
@@ -179,11 +181,15 @@ class ProxySessions:
         with self.sessions.profiles.lock(self.tokenizer):
             return trim(request.messages, counter=counter, tools=request.tools, policy=policy)
 
-    def wire(self, result: BuildResult, tools: Sequence[JSONDict]
+    def wire(self, result: BuildResult, tools: Sequence[JSONDict],
+             sent: tuple[list[JSONDict], list[JSONDict]] | None = None
              ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
         """The prompt's messages and tools as sent upstream: what the counter counted
         (``core.counting.sent``), so the server renders exactly that and never rejects it; and the
-        rewrites that made it, where it was rewritten."""
+        rewrites that made it, where it was rewritten. ``sent``: the rewrite the build already
+        made (``Turn.sent``), not made again."""
+        if sent is not None:
+            return sent[0], sent[1], self.adaptations()
         return self.sessions.sent(self.tokenizer, result.messages, tools)
 
     def adaptations(self) -> tuple[Adaptation, ...]:
