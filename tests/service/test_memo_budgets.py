@@ -5,6 +5,8 @@ measures the process."""
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 
 from budgeter.client import Client
@@ -13,9 +15,10 @@ from budgeter.service.profiles import Profiles
 from budgeter.service.replica import MIN_MEMO_CHARS, Replica, memo_chars
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
+from tests.bench.bench_engine import turns
 from tests.bench.sessions import make_session
 from tests.service.conftest import settings
-from tests.service.test_live_bytes import WINDOW, turns
+from tests.service.test_live_bytes import WINDOW
 
 BUDGET = 40_000
 """Characters each memo may hold here: under what the sessions below hold together, so each memo
@@ -45,7 +48,7 @@ def test_memos_stay_under_their_budgets_with_many_long_sessions(small):
     for seed in range(5):
         body = make_session(seed, chars=30_000)
         sid = client.create_session(tools=body["tools"], window=WINDOW).id
-        for turn in turns(body["messages"]):
+        for turn in turns(body["messages"], role=operator.itemgetter("role")):
             client.prompt(sid, append=turn)
             assert over_budget() == []
         played += sum(len(m.get("content") or "") for m in body["messages"])
