@@ -36,6 +36,7 @@ from typing import Any
 from budgeter.core import Policy, Session
 from budgeter.core.markers import find_markers
 from budgeter.core.messages import from_openai_list
+from budgeter.core.steps.failures import STUB_LEAF_CHARS
 from budgeter.tokenizers import resolve
 from tests.bench.bench_engine import turns
 from tests.bench.corpus import HELD_OUT
@@ -119,9 +120,24 @@ def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None
             "checked": checked[0], "exact": checked[1], "turns": len(extends) + 1}
 
 
-BIG_ARGUMENTS = 200
-"""Arguments this long hold a payload a stub can remove; shorter ones (a command line, a path)
-are kept: they are the least a stub can show of the call."""
+def long_leaves(arguments: str) -> int:
+    """Payload characters in the string leaves a marker can stand in for (longer than
+    ``STUB_LEAF_CHARS``): what a stub can take out of a call's arguments. Shorter leaves (a command
+    line, a path) cost less than any marker and are the least a stub can show of the call."""
+    try:
+        stack = [json.loads(arguments)]
+    except ValueError:
+        return payload_chars(arguments)
+    total = 0
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and len(v) > STUB_LEAF_CHARS:
+            total += payload_chars(v)
+    return total
 
 
 def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str, Any]:
@@ -129,8 +145,9 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     succeeded, against what each prompt shows.
 
     - failed args left: argument characters of the truly failed calls the model has answered
-      still in each prompt, over their characters in history, summed over the replay; and the
-      same for the calls whose arguments hold 200 characters or more;
+      still in each prompt, over their characters in history, summed over the replay; the same for
+      the characters of leaves a marker can stand in for (``long_leaves``), of all those calls and
+      of those some evidence identified;
     - successes shown as failed: truly successful calls whose result a prompt shows under a
       ``failed`` marker (and, apart, those whose arguments were elided as failed on text alone);
     - retries folded: of the failures tried again as they were, the earlier attempts whose
@@ -148,7 +165,7 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     r = None
     originals: dict[str, str] = {}
     quiet = [0, 0]  # re-read and appended tokens of the builds that did not compact
-    big_sums = [0, 0]
+    big_sums = [0, 0, 0, 0]  # long leaves left and in history: of every answered failed call, of the known ones
     for n, turn in enumerate(turns(from_openai_list(body["messages"]))):
         session.append(turn)
         originals.update((c.id, c.arguments) for m in turn for c in m.tool_calls)
@@ -163,9 +180,10 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
         answered = {cid for cid in truth.failed if cid in log.call_at and log.answered(log.call_at[cid])}
         history_sum += sum(len(originals[c]) for c in answered)
         present_sum += sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls if c.id in answered)
-        big = {c for c in answered if len(originals[c]) >= BIG_ARGUMENTS}
-        big_sums[0] += sum(payload_chars(c.arguments) for m in r.messages for c in m.tool_calls if c.id in big)
-        big_sums[1] += sum(len(originals[c]) for c in big)
+        known = {c for c in answered if log.call_at[c] in log.failed_by}
+        for k, ids in ((0, answered), (2, known)):
+            big_sums[k] += sum(long_leaves(c.arguments) for m in r.messages for c in m.tool_calls if c.id in ids)
+            big_sums[k + 1] += sum(long_leaves(originals[c]) for c in ids)
         for m in r.messages:
             if m.role == "tool" and m.tool_call_id in truth.ok and "budgeter:failed" in m.content:
                 shown_failed.add(m.tool_call_id)
@@ -183,7 +201,8 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     evidence = Counter(log.failed_by.values())
     wrong = Counter(e for ref, e in log.failed_by.items() if log.call(ref).id in truth.ok)
     return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
-            "failed_share_big": big_sums[0] / max(1, big_sums[1]), "elided_ok": len(elided_ok),
+            "failed_share_big": big_sums[0] / max(1, big_sums[1]),
+            "failed_share_known": big_sums[2] / max(1, big_sums[3]), "elided_ok": len(elided_ok),
             "sums": (present_sum, history_sum, *big_sums),
             "ok": len(truth.ok), "decoys": len(truth.decoys),
             "folded": folded, "retries": len(truth.retries), "failed": len(truth.failed),
@@ -262,6 +281,7 @@ def front_door_figures(body: dict[str, Any], prompts: Any) -> dict[str, Any]:
     results = {m["tool_call_id"]: i for i, m in enumerate(messages) if m["role"] == "tool"}
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     present_sum = history_sum = count = 0
+    leaves = [0, 0]  # long_leaves left and in history
     shown_failed: set[str] = set()
     sent: list[dict[str, Any]] = []
     for n, sent in prompts:
@@ -271,6 +291,9 @@ def front_door_figures(body: dict[str, Any], prompts: Any) -> dict[str, Any]:
         history_sum += sum(len(args[c]) for c in answered)
         present_sum += sum(payload_chars(c["function"]["arguments"]) for x in sent
                            for c in x.get("tool_calls") or () if c["id"] in answered)
+        leaves[0] += sum(long_leaves(c["function"]["arguments"]) for x in sent
+                         for c in x.get("tool_calls") or () if c["id"] in answered)
+        leaves[1] += sum(long_leaves(args[c]) for c in answered)
         shown_failed |= {x["tool_call_id"] for x in sent if x["role"] == "tool"
                          and x["tool_call_id"] in truth.ok and "budgeter:failed" in (x["content"] or "")}
     final = {x["tool_call_id"]: x["content"] for x in sent if x["role"] == "tool"}
@@ -278,7 +301,8 @@ def front_door_figures(body: dict[str, Any], prompts: Any) -> dict[str, Any]:
     folded = sum(1 for earlier, _ in truth.retries
                  if calls.get(earlier) != args[earlier] or final.get(earlier) != messages[results[earlier]]["content"])
     return {"failed_share": present_sum / max(1, history_sum), "shown_failed": len(shown_failed),
-            "ok": len(truth.ok), "decoys": len(truth.decoys), "folded": folded, "retries": len(truth.retries),
+            "failed_share_big": leaves[0] / max(1, leaves[1]), "ok": len(truth.ok), "decoys": len(truth.decoys),
+            "folded": folded, "retries": len(truth.retries),
             "turns": count}
 
 
@@ -335,16 +359,17 @@ def main() -> None:
           "(tests/data/results/, not tuned on)")
     print(f"{a.seeds} sessions of each size; failed args left is over all of them, with the range of single "
           "sessions; re-read is the range")
-    print("| tokenizer | sessions | turns | failed args left [range] | of arguments of 200+ chars [range] "
+    print("| tokenizer | sessions | turns | failed args left [range] | in leaves a marker can replace [range] "
+          "| the same, of the calls some evidence identified [range] "
           "| successes shown as failed | successes' args elided on text | retries folded "
           "| re-read / appended [builds that did not compact] | evidence (of which wrongly) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in (a.tokenizer or ["qwen3.6"])[:1]:  # the first tokenizer: the wording, not the vocabulary, varies
         counter = resolve(spec)
         for k, chars in enumerate(a.chars):
             runs = [replay_truth(counter, worded_session(HELD_OUT, 100 * k + seed, chars=chars), policy)
                     for seed in range(a.seeds)]
-            sums = [sum(f["sums"][i] for f in runs) for i in range(4)]
+            sums = [sum(f["sums"][i] for f in runs) for i in range(6)]
             evidence: Counter[Any] = sum((f["evidence"] for f in runs), Counter())
             wrong: Counter[Any] = sum((f["wrong"] for f in runs), Counter())
             kinds = ", ".join(f"{e.value} {n}" + (f" ({wrong[e]})" if wrong[e] else "")
@@ -358,6 +383,7 @@ def main() -> None:
             print(f"| {counter.name} | {a.seeds} x {chars:,} chars | {total('turns')} "
                   f"| {sums[0] / max(1, sums[1]):.2%} [{spread('failed_share', '.1%')}] "
                   f"| {sums[2] / max(1, sums[3]):.2%} [{spread('failed_share_big', '.1%')}] "
+                  f"| {sums[4] / max(1, sums[5]):.2%} [{spread('failed_share_known', '.1%')}] "
                   f"| {total('shown_failed')} of {total('ok')} ({total('decoys')} decoys) | {total('elided_ok')} "
                   f"| {total('folded')} of {total('retries')} | {spread('reread', '.2f')}x "
                   f"[{spread('reread_quiet', '.2f')}x] | {kinds} |")
@@ -366,8 +392,9 @@ def main() -> None:
         print("The same held-out sessions through the front doors (default tokenizer): `budgeter serve` with the "
               "client library, one call a turn; `budgeter proxy` with the official openai client sending the "
               "whole history each model turn, measured on what reaches the upstream")
-        print("| front door | session | prompts | failed args left | successes shown as failed | retries folded |")
-        print("|---|---|---|---|---|---|")
+        print("| front door | session | prompts | failed args left | in leaves a marker can replace "
+              "| successes shown as failed | retries folded |")
+        print("|---|---|---|---|---|---|---|")
         for seed, chars in enumerate(a.chars):
             if chars > a.front_door_max_chars:
                 continue
@@ -375,7 +402,8 @@ def main() -> None:
             for door, replay_door in (("gRPC", replay_grpc_truth), ("proxy", replay_proxy_truth)):
                 f = replay_door(body, window=a.window)
                 print(f"| {door} | held-out {chars:,} chars | {f['turns']} | {f['failed_share']:.2%} "
-                      f"| {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) | {f['folded']} of {f['retries']} |")
+                      f"| {f['failed_share_big']:.2%} | {f['shown_failed']} of {f['ok']} ({f['decoys']} decoys) "
+                      f"| {f['folded']} of {f['retries']} |")
 
 
 if __name__ == "__main__":
