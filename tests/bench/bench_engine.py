@@ -105,9 +105,10 @@ def main() -> None:
     ap.add_argument("--chars", type=int, nargs="+", default=[60_000, 300_000, 900_000])
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--langchain", action="store_true")
+    ap.add_argument("--low-water", type=float, default=Policy().low_water, help="compact to this share of the budget")
     a = ap.parse_args()
     counter = resolve(a.tokenizer)
-    policy = Policy(window=a.window, reserve=2048)
+    policy = Policy(window=a.window, reserve=2048, low_water=a.low_water)
     print(f"tokenizer {counter.name}; window {a.window}, budget {policy.budget}, low-water {policy.low_water}")
     for seed, chars in enumerate(a.chars):
         body = make_session(seed, chars=chars)

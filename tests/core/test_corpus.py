@@ -34,3 +34,14 @@ def test_held_out_sessions_show_no_success_as_failed_and_fold_every_retry(qwen36
     assert f["shown_failed"] == 0 and f["elided_ok"] == 0
     assert f["folded"] == f["retries"] > 0
     assert not f["wrong"]
+
+
+def test_a_long_session_leaves_no_identified_payload_and_a_prefix_cache_rereads_little(qwen36):
+    """A held-out session of 900K characters, which compacts many times, with the default policy:
+    every failed call some evidence identified has lost its long argument leaves once answered,
+    and a prefix-caching server re-reads at most 1.5x the tokens the agent appended (why the
+    default low-water mark is half the budget: at 0.75 this session re-reads over 1.7x)."""
+    f = replay_truth(qwen36, worded_session(HELD_OUT, 200, chars=900_000), Policy(window=32768, reserve=2048))
+    assert f["sums"][5] > 0 and f["failed_share_known"] == 0
+    assert f["shown_failed"] == 0
+    assert f["reread"] <= 1.5

@@ -79,7 +79,7 @@ def test_a_compacting_turn_presses_only_the_failure_not_answered_yet(qwen36):
     roomy = session.build()
     answered = next(m.content for m in roomy.messages if m.tool_call_id == "c0")
     assert not roomy.compacted and "args h=" in answered
-    session.policy = Policy(window=roomy.tokens - 50, reserve=0)
+    session.policy = Policy(window=roomy.tokens - 50, reserve=0, low_water=0.75)
     pressed = session.build()
     assert pressed.compacted and pressed.tokens <= roomy.tokens - 50
     assert next(m.content for m in pressed.messages if m.tool_call_id == "c0") == answered
@@ -91,7 +91,7 @@ def test_a_compacting_turn_presses_only_the_failure_not_answered_yet(qwen36):
                for a in s.actions)
     session.append(from_openai_list([{"role": "assistant", "content": "I will name the file."}]))
     session.policy = Policy(window=32768, reserve=0)
-    session.policy = Policy(window=session.build().tokens - 50, reserve=0)
+    session.policy = Policy(window=session.build().tokens - 50, reserve=0, low_water=0.75)
     after = session.build()
     names = [s.step for s in after.steps]
     assert after.compacted and names.count("tidy_failures") == 1 and "collapse_pending_failures" in names

@@ -145,7 +145,7 @@ def test_stubs_are_never_longer_than_what_they_replace(qwen36):
            call("f", "grep", {"pattern": "x"}), result("f", "error: no"),
            {"role": "assistant", "content": "next"},
            {"role": "user", "content": "words " * 300}]
-    r = trim(from_openai_list(raw), counter=qwen36, tools=TOOLS, policy=Policy(window=3000, reserve=0))
+    r = trim(from_openai_list(raw), counter=qwen36, tools=TOOLS, policy=Policy(window=3000, reserve=0, low_water=0.75))
     assert r.compacted
     by_content = [m.content for m in r.messages if m.role == "tool"]
     assert "ok: edit applied" in by_content and "error: no" in by_content
