@@ -465,6 +465,8 @@ def proxy(
     window: Annotated[int | None, typer.Option(help="The model's context window. [default: 32768]")] = None,
     reserve: Annotated[int | None, typer.Option(
         help="Tokens kept for the reply; sent as max_tokens when a request has none. [default: 2048]")] = None,
+    low_water: Annotated[float | None, typer.Option(
+        help="When over budget, compact to this share of it. [default: 0.5]")] = None,
     store: Annotated[str | None, typer.Option(help=(
         "memory://, sqlite:///PATH or redis://HOST:PORT/DB; the same store as `budgeter serve` may be "
         "shared. [default: SQLite at DATA_DIR/budgeter.db]"))] = None,
@@ -492,7 +494,8 @@ def proxy(
         profiles, tokenizer = [f"{name}={tokenizer}"], name
     try:
         settings = load_settings(config, upstream=upstream, default_tokenizer=tokenizer, tokenizers=profiles,
-                                 host=host, proxy_port=port, window=window, reserve=reserve, store=store,
+                                 host=host, proxy_port=port, window=window, reserve=reserve, low_water=low_water,
+                                 store=store,
                                  data_dir=data_dir, recall_tool=recall_tool,
                                  upstream_connect_timeout=connect_timeout, upstream_read_timeout=read_timeout,
                                  cpus=cpus)

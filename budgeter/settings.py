@@ -22,6 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from budgeter.core.policy import LOW_WATER
 from budgeter.tokenizers import DEFAULT
 
 
@@ -117,6 +118,9 @@ class Settings(BaseSettings):
     """The upstream model's context window, in tokens."""
     reserve: int = Field(2048, ge=0)
     """Tokens kept free for the reply; sent as max_tokens when a request has none."""
+    low_water: float = Field(LOW_WATER, ge=0.1, le=1.0)
+    """When a prompt is over budget, compact it down to this share of the budget (the policy's
+    ``low_water``): lower, fewer and smaller re-reads for a prefix-caching upstream."""
     recall_tool: bool = False
     """Offer the model ``budgeter_recall(handle)`` and answer it from the store."""
     upstream_connect_timeout: float = Field(5.0, gt=0)

@@ -25,11 +25,15 @@ class FileTools:
                                    "line_start", "line_end")
 
 
+LOW_WATER = 0.5
+"""The default low-water mark (``Policy.low_water``), for every front door."""
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     window: int = 32768
     reserve: int = 2048
-    low_water: float = 0.5
+    low_water: float = LOW_WATER
     """When the budget is exceeded, compact down to this share of it, so later turns only append.
     Half: each compaction makes a prefix-caching server read again all it keeps, and at 0.75 these
     re-reads came so often that a long session re-read 1.7-1.9x what the agent appended, against

@@ -81,7 +81,7 @@ class Proxy:
         self.sessions = sessions
         self.metrics = ProxyMetrics()
         self.metrics.watch_store(sessions.store)
-        policy = {"window": settings.window, "reserve": settings.reserve}
+        policy = {"window": settings.window, "reserve": settings.reserve, "low_water": settings.low_water}
         self.turns = ProxySessions(sessions, tokenizer=tokenizer or settings.default_tokenizer,
                                    policy=policy, ttl=settings.session_ttl)
         self.url = settings.upstream.rstrip("/")

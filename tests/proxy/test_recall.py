@@ -19,8 +19,8 @@ CHAT = "The build log says nothing new; carry on with the plan as agreed. " * 3
 
 
 def conversation() -> list[dict]:
-    """Over the 3,584-token budget; compaction shrinks the log (a handle in the tool result) and the
-    recalled log still fits the window beside the reply's max_tokens."""
+    """Over the 3,584-token budget; compaction to 75% of it (``LOW_WATER``) shrinks the log (a handle
+    in the tool result) and the recalled log still fits the window beside the reply's max_tokens."""
     call = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "make"}'}}]}
     messages = [{"role": "system", "content": "You are a build agent."}, {"role": "user", "content": "build it"},
@@ -39,11 +39,12 @@ def recall_first_handle(body: dict) -> Script:
 
 
 TOOLS = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+LOW_WATER = 0.75
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_recall_only_reply_is_answered_by_the_proxy(make_proxy, upstream, stream):
-    proxy = make_proxy(recall_tool=True)
+    proxy = make_proxy(recall_tool=True, low_water=LOW_WATER)
     upstream.script(Script(reply=recall_first_handle), Script(content="line 00042 was fine"))
     if stream:
         chunks = list(proxy.client.chat.completions.create(model="m", messages=conversation(), tools=TOOLS,
@@ -68,7 +69,7 @@ def test_a_recall_only_reply_is_answered_by_the_proxy(make_proxy, upstream, stre
 
 
 def test_replies_that_do_not_call_recall_stream_unchanged(make_proxy, upstream):
-    proxy = make_proxy(recall_tool=True)
+    proxy = make_proxy(recall_tool=True, low_water=LOW_WATER)
     upstream.script(Script(tool_calls=[{"id": "x", "name": "run", "arguments": '{"cmd": "ls"}'}],
                            finish_reason="tool_calls"))
     body = {"model": "m", "messages": conversation(), "tools": TOOLS, "stream": True}
