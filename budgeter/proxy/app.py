@@ -369,9 +369,10 @@ class Proxy:
             return error_response(exc)
         self.metrics.built(result)
         self.metrics.adapted(adapted)
-        adapted = (*adapted, *self._repaired(request, ""))
-        return JSON({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
-                            headers=notes_header(adapted))
+        said = self._repaired(request, "")
+        report = {"tokenizer": self.turns.tokenizer, **result.report()}
+        report["notes"] += [a.note for a in said]  # as a BuildPrompt's report says them
+        return JSON({"body": body, "report": report}, headers=notes_header((*adapted, *said)))
 
     def _fit(self, raw: dict[str, Any], options: dict[str, Any]
              ) -> tuple[Request, dict[str, Any], BuildResult, tuple[Adaptation, ...]]:
