@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -12,6 +13,7 @@ import typer
 
 from budgeter.core.counting import adaptations, sent
 from budgeter.core.jsonargs import dumps_text
+from budgeter.core.messages import Repair, repaired_note
 from budgeter.errors import BudgeterError, InvalidInput
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -95,6 +97,7 @@ def trim(
 
     body = read_body(input)
     check_reserve(window, reserve)
+    repairs: list[Repair] = []
     try:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
@@ -105,9 +108,11 @@ def trim(
             "protect_tail_turns": protect_tail, "shrink_min_chars": shrink_min_chars,
             "shrink_keep_chars": shrink_keep_chars, "keep_latest_failure": keep_latest_failure,
             "file_tools": {"reads": names(reads), "writes": names(writes), "edits": names(edits)}})
-        result = run_trim(from_openai_list(body["messages"]), counter=counter, tools=tools, policy=policy)
+        result = run_trim(from_openai_list(body["messages"], repairs=repairs), counter=counter, tools=tools,
+                          policy=policy)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
+    warn_repaired(repairs)
     if payloads is not None:
         shown = {h: assemble(h, result.links.__getitem__) for h in result.links if h in result.handles}
         payloads.write_text(dumps_text({**result.payloads, **shown}, indent=1), encoding="utf-8")
@@ -130,6 +135,12 @@ def warn_adapted(counter: Any, wire: Any) -> None:
     if wire is not None:
         notes = "; ".join(a.note for a in adaptations(counter))
         typer.echo(f"budgeter: warning: the request was rewritten for {counter.name}'s template: {notes}", err=True)
+
+
+def warn_repaired(repairs: Sequence[Repair]) -> None:
+    """One line on stderr when lone surrogates in the messages were made U+FFFD (``Repair``s)."""
+    if repairs:
+        typer.echo(f"budgeter: warning: {repaired_note(repairs)}", err=True)
 
 
 def check_reserve(window: int, reserve: int) -> None:
@@ -177,16 +188,18 @@ def render(
     from budgeter.tokenizers import resolve
 
     body = read_body(input)
+    repairs: list[Repair] = []
     try:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
             raise InvalidInput("tools must be a list", field="tools")
         counter = resolve(tokenizer, chat_format=chat_format, server=server)
-        messages = from_openai_list(body["messages"])
+        messages = from_openai_list(body["messages"], repairs=repairs)
         text = counter.render(messages, tools)  # type: ignore[attr-defined]
         tokens = counter.count_prompt(messages, tools)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
+    warn_repaired(repairs)
     warn_adapted(counter, sent(counter, messages, tools))
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -342,6 +355,7 @@ def profile(
     """Where a session's tokens go, per tokenizer: composition, waste, kinds, compaction what-if."""
     from budgeter.profiling import profile_body, profile_remote, show
 
+    repairs: list[Repair] = []
     try:
         if server:
             profiles = profile_remote(server, session, tokenizers=tokenizer or [], window=window)
@@ -349,10 +363,11 @@ def profile(
         else:
             body = read_transcript(session)
             profiles = profile_body(body, tokenizers=tokenizer or [], window=window, reserve=reserve,
-                                    top=top, progress=not as_json)
+                                    top=top, progress=not as_json, repairs=repairs)
             source = session
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
+    warn_repaired(repairs)
     if html_out is not None:
         from budgeter.report import render
 

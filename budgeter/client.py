@@ -39,7 +39,7 @@ from google.protobuf.json_format import MessageToDict
 
 from budgeter.affinity import HEADER, session_of
 from budgeter.core.jsonargs import loads
-from budgeter.core.messages import from_openai, to_openai
+from budgeter.core.messages import Repair, from_openai, repaired_note, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.shapes import append_from_pb, plan_from_pb, report_from_pb, suggestion_of, verdict_from_pb
 from budgeter.v1 import budgeter_pb2 as pb
@@ -239,11 +239,12 @@ class Client:
     @operation
     def append(self, session_id: str, messages: Sequence[Mapping[str, Any]], *,
                request_id: str | None = None, etag: str = "") -> Op[dict[str, Any]]:
+        typed, notes = _outgoing(messages)
         request = pb.AppendMessagesRequest(
             session=f"sessions/{session_id}", request_id=request_id or uuid.uuid4().hex, etag=etag,
-            messages=[new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(messages)])
+            messages=typed)
         response = (yield from self._rpc("AppendMessages", request))
-        return append_from_pb(response, _arguments(request.messages))
+        return _noted(append_from_pb(response, _arguments(request.messages)), notes)
 
     @operation
     def prompt(self, session_id: str, *, append: Sequence[Mapping[str, Any]] = (),
@@ -254,19 +255,20 @@ class Client:
         unchanged message dicts with it."""
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON,
                                         known_prompt=since.prompt_id if since is not None else "")
+        typed, notes = _outgoing(append)
         if append:
-            request.messages.extend(new_message_to_pb(from_openai(m, index=i)) for i, m in enumerate(append))
+            request.messages.extend(typed)
             request.request_id = request_id or uuid.uuid4().hex
         if overrides:
             request.overrides.CopyFrom(pb.PromptOverrides(**overrides))
         r = (yield from self._rpc("BuildPrompt", request))
         body = loads(r.body_json)
-        appended = append_from_pb(r.appended, _arguments(request.messages)) if append else None
+        appended = _noted(append_from_pb(r.appended, _arguments(request.messages)), notes) if append else None
         messages, tools = body["messages"], body.get("tools", [])
         if r.kept_messages and since is not None:  # the server sent what follows the kept messages
             messages, tools = since.messages[:r.kept_messages] + messages, since.tools
         return Prompt(messages, tools, r.tokens, r.budget, r.extends_previous, r.prefix_changed_at,
-                      report_from_pb(r.report), appended, r.prompt_id)
+                      _noted(report_from_pb(r.report), notes), appended, r.prompt_id)
 
     @operation
     def payload(self, session_id: str, handle: str) -> Op[str]:
@@ -411,6 +413,19 @@ class SessionHandle:
 
     def events(self) -> list[dict[str, Any]]:
         return self.client.events(self.id)
+
+
+def _outgoing(messages: Sequence[Mapping[str, Any]]) -> tuple[list[pb.Message], list[str]]:
+    """Messages for a request, and the note saying what was repaired on the way: a protobuf string
+    cannot carry a lone surrogate, so it is made U+FFFD here, not on the server (``Repair``)."""
+    repairs: list[Repair] = []
+    typed = [new_message_to_pb(from_openai(m, index=i, repairs=repairs)) for i, m in enumerate(messages)]
+    return typed, [repaired_note(repairs)] if repairs else []
+
+
+def _noted(result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``result`` (an append or a report) with the client's own ``notes`` first."""
+    return {**result, "notes": [*notes, *result.get("notes", ())]} if notes else result
 
 
 def _arguments(messages: Sequence[pb.Message]) -> dict[str, str]:

@@ -71,14 +71,14 @@ def call_from_pb(c: pb.ToolCallVerdict, arguments: str = "") -> dict[str, Any]:
 
 def append_from_pb(r: pb.AppendMessagesResponse, arguments: dict[str, str] | None = None) -> dict[str, Any]:
     """``{"messages": [{"index", "tokens", "result_status", "tool_calls": [verdict...]}], "etag",
-    "message_count", "replayed"}``. ``arguments``: call id -> the arguments as sent."""
+    "message_count", "replayed", "notes"}``. ``arguments``: call id -> the arguments as sent."""
     args = arguments or {}
     return {
         "messages": [{"index": m.index, "tokens": m.tokens,
                       "result_status": _short(pb.ResultStatus, m.result_status, "RESULT_STATUS_"),
                       "tool_calls": [call_from_pb(c, args.get(c.id, "")) for c in m.tool_calls]}
                      for m in r.messages],
-        "etag": r.etag, "message_count": r.message_count, "replayed": r.replayed,
+        "etag": r.etag, "message_count": r.message_count, "replayed": r.replayed, "notes": list(r.notes),
     }
 
 

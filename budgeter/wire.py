@@ -13,7 +13,7 @@ from grpc_status import rpc_status
 
 from budgeter.core.jsonargs import dumps_compact
 from budgeter.core.memo import CharMemo
-from budgeter.core.messages import Message, from_openai, to_openai
+from budgeter.core.messages import Message, Repair, from_openai, to_openai
 from budgeter.v1 import budgeter_pb2 as pb
 
 ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT: "assistant",
@@ -21,7 +21,7 @@ ROLE_TO_STR = {pb.ROLE_SYSTEM: "system", pb.ROLE_USER: "user", pb.ROLE_ASSISTANT
 STR_TO_ROLE = {v: k for k, v in ROLE_TO_STR.items()}
 STATUS_TO_STR = {pb.RESULT_STATUS_OK: "ok", pb.RESULT_STATUS_ERROR: "error"}
 STR_TO_STATUS = {v: k for k, v in STATUS_TO_STR.items()}
-def message_from_pb(m: pb.Message, index: int) -> Message:
+def message_from_pb(m: pb.Message, index: int, repairs: list[Repair] | None = None) -> Message:
     raw: dict[str, Any] = {"role": ROLE_TO_STR.get(m.role, ""), "content": m.content}
     if m.tool_calls:
         raw["tool_calls"] = [{"id": c.id, "type": "function",
@@ -34,11 +34,12 @@ def message_from_pb(m: pb.Message, index: int) -> Message:
             raw[key] = value
     if m.role == pb.ROLE_TOOL and "tool_call_id" not in raw:
         raw["tool_call_id"] = None
-    return from_openai(raw, index=index)
+    return from_openai(raw, index=index, repairs=repairs)
 
 
-def messages_from_pb(messages: Sequence[pb.Message]) -> list[Message]:
-    return [message_from_pb(m, i) for i, m in enumerate(messages)]
+def messages_from_pb(messages: Sequence[pb.Message], *, repairs: list[Repair] | None = None) -> list[Message]:
+    """``repairs``: gets what was repaired on the way in (``core.messages.Repair``)."""
+    return [message_from_pb(m, i, repairs) for i, m in enumerate(messages)]
 
 
 class _Memo:

@@ -269,3 +269,36 @@ def test_trim_prints_the_request_it_counted_where_the_template_needs_a_rewrite(b
     again = run("render", str(tmp_path / "out.json"), *profile)
     report = json.loads((tmp_path / "r.json").read_text())
     assert f": {report['tokens_after']} tokens" in again.stderr.splitlines()[0]
+
+
+LONE = ('{"messages": [{"role": "user", "content": "half \\ud800 of a pair"}, {"role": "assistant", '
+        '"content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "write_file", '
+        '"arguments": "{\\"path\\":\\"a\\\\ud800.txt\\"}"}}]}, {"role": "tool", "tool_call_id": "c1", '
+        '"content": "written"}, {"role": "user", "content": "go"}]}')
+"""A lone surrogate escaped in content, and escaped once more inside a call's arguments (compact:
+a repair serializes the arguments again, compactly)."""
+WARNING = ("budgeter: warning: 2 lone surrogates replaced with U+FFFD: messages[0].content (1), "
+           "messages[1].tool_calls[0].function.arguments of call 'c1' (1)\n")
+
+
+@pytest.mark.parametrize("command", ["trim", "render"])
+def test_lone_surrogates_give_the_output_of_u_fffd_and_one_warning(command):
+    """Issue 55, item 4: the output is what the same request with U+FFFD in their place gives, in
+    valid UTF-8, and stderr says in one line where they were and how many."""
+    def run_bytes(stdin: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "budgeter", command, "-"], input=stdin.encode(),
+                              capture_output=True, timeout=300)
+
+    out = run_bytes(LONE)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.decode().startswith(WARNING) and WARNING not in out.stderr.decode()[len(WARNING):]
+    replaced = run_bytes(LONE.replace("\\\\ud800", "\ufffd").replace("\\ud800", "\ufffd"))
+    assert replaced.returncode == 0 and "lone surrogate" not in replaced.stderr.decode()
+    assert out.stdout == replaced.stdout and "\ufffd" in out.stdout.decode("utf-8")
+
+
+def test_profile_warns_of_lone_surrogates_once(tmp_path):
+    (tmp_path / "s.json").write_text(LONE)
+    out = run("profile", str(tmp_path / "s.json"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == WARNING and len(json.loads(out.stdout)["messages"]) == 4

@@ -24,7 +24,7 @@ from budgeter.core.frames import Frames
 from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
 from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
-from budgeter.core.messages import Message, to_template
+from budgeter.core.messages import Message, Repair, repaired_note, to_template
 from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
@@ -47,6 +47,12 @@ class Adaptation:
 def adaptations(counter: Any) -> tuple[Adaptation, ...]:
     """The rewrites ``counter``'s profile makes (found once, when it loaded); () for none."""
     return tuple(getattr(counter, "adaptations", ()))
+
+
+def repaired(repairs: Sequence[Repair]) -> tuple[Adaptation, ...]:
+    """The request's lone surrogates made U+FFFD on the way in (``messages.Repair``), as the
+    rewrite that says so; () for none. Unlike a profile's, it is found per request."""
+    return (Adaptation("lone_surrogates", repaired_note(repairs)),) if repairs else ()
 
 
 def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:

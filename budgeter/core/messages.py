@@ -12,7 +12,8 @@ become the content.
 A lone surrogate (an escape such as ``"\\ud800"`` that JSON accepts and UTF-8 cannot hold) never
 reaches a server: in content and reasoning it becomes U+FFFD; in tool-call arguments it becomes
 U+FFFD inside the parsed JSON, which is serialized again (llama-server answers 400 to the first and
-500 to the second).
+500 to the second). Each such repair is a ``Repair`` the caller may gather (``repairs=``), for the
+front door to say so.
 """
 
 from __future__ import annotations
@@ -69,20 +70,58 @@ class Message:
         return n + sum(len(c.arguments) + len(c.name) for c in self.tool_calls)
 
 
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """Lone surrogates made U+FFFD on the way in: ``replaced`` of them in ``field`` (``content``,
+    ``reasoning_content``, ``tool_calls[0].function.arguments``, ...) of message ``index``;
+    ``call_id``: the tool call that field belongs to."""
+
+    index: int
+    field: str
+    replaced: int
+    call_id: str = ""
+
+    @property
+    def note(self) -> str:
+        call = f" of call {self.call_id!r}" if self.call_id else ""
+        return f"messages[{self.index}].{self.field}{call} ({self.replaced})"
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _clean(text: str) -> str:
+def _subn(text: str) -> tuple[str, int]:
     """``text`` without lone surrogates (an escape such as ``\\ud800`` that JSON accepts and no
-    UTF-8 holds): each becomes U+FFFD, which a server can take and a tokenizer can count."""
-    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub("\ufffd", text)
+    UTF-8 holds), each made U+FFFD, which a server can take and a tokenizer can count; and how many."""
+    return (text, 0) if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.subn("\ufffd", text)
 
 
-def _text(content: Any, *, where: str) -> str:
+class _Intake:
+    """One message's fields cleaned as ``from_openai`` reads them, each repair noted (``Repair``)."""
+
+    __slots__ = ("index", "repairs")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.repairs: list[Repair] = []
+
+    def clean(self, text: str, field: str, *, call_id: str = "") -> str:
+        if text.isascii() or not _SURROGATE.search(text):  # nearly always: no call to _subn
+            return text
+        out, n = _SURROGATE.subn("\ufffd", text)
+        self.noted(field, n, call_id=call_id)
+        return out
+
+    def noted(self, field: str, replaced: int, *, call_id: str = "") -> None:
+        if replaced:
+            self.repairs.append(Repair(self.index, field, replaced, call_id))
+
+
+def _text(content: Any, *, where: str, intake: _Intake) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return _clean(content)
+        return intake.clean(content, "content")
     if isinstance(content, list):
         parts = []
         for i, part in enumerate(content):
@@ -90,7 +129,7 @@ def _text(content: Any, *, where: str) -> str:
                 raise InvalidMessage(f"{where}.content[{i}]: only text parts are supported",
                                      field=f"{where}.content")
             parts.append(_str(part.get("text"), field=f"{where}.content[{i}].text"))
-        return _clean("".join(parts))
+        return intake.clean("".join(parts), "content")
     raise InvalidMessage(f"{where}.content must be a string or a list of text parts",
                          field=f"{where}.content")
 
@@ -98,30 +137,37 @@ def _text(content: Any, *, where: str) -> str:
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _no_surrogates(value: Any) -> Any:
-    """``value`` (parsed JSON) with every lone surrogate in its strings and keys made U+FFFD."""
+def _no_surrogates(value: Any) -> tuple[Any, int]:
+    """``value`` (parsed JSON) with every lone surrogate in its strings and keys made U+FFFD, and
+    how many there were."""
     if isinstance(value, str):
-        return _clean(value)
+        return _subn(value)
     if isinstance(value, list):
-        return [_no_surrogates(v) for v in value]
+        pairs = [_no_surrogates(v) for v in value]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
     if isinstance(value, dict):
-        return {_clean(k): _no_surrogates(v) for k, v in value.items()}
-    return value
+        out, total = {}, 0
+        for k, v in value.items():
+            (key, a), (item, b) = _subn(k), _no_surrogates(v)
+            out[key] = item
+            total += a + b
+        return out, total
+    return value, 0
 
 
-def _repaired_arguments(text: str) -> str:
+def _repaired_arguments(text: str) -> tuple[str, int]:
     """Arguments whose JSON escapes a lone surrogate (``"\\ud800"``, which Python's JSON reads and
     llama-server refuses with HTTP 500, failing every later turn of the session): the parsed value
-    with each one made U+FFFD, serialized again. Text that does not parse is kept as given (never
-    cut or patched as text)."""
+    with each one made U+FFFD, serialized again, and how many. Text that does not parse is kept as
+    given (never cut or patched as text)."""
     if not _ESCAPED_SURROGATE.search(text):
-        return text
+        return text, 0
     try:
         value = loads(text)
     except (ValueError, RecursionError):
-        return text
-    clean = _no_surrogates(value)
-    return text if clean == value else dumps(clean)
+        return text, 0
+    clean, n = _no_surrogates(value)
+    return (dumps(clean), n) if n else (text, 0)
 
 
 def _str(value: Any, *, field: str, default: str | None = None) -> str:
@@ -132,31 +178,37 @@ def _str(value: Any, *, field: str, default: str | None = None) -> str:
     return value
 
 
-def _arguments(raw: Any, *, field: str) -> str:
+def _arguments(raw: Any, *, field: str) -> tuple[str, int]:
+    """The arguments as JSON text, and how many lone surrogates were made U+FFFD in it."""
     if isinstance(raw, str):
-        return _repaired_arguments(_clean(raw))
+        text, raw_n = _subn(raw)
+        text, escaped_n = _repaired_arguments(text)
+        return text, raw_n + escaped_n
     if isinstance(raw, Mapping):  # some clients send objects; keep them as canonical JSON text
-        return _clean(json.dumps(raw, ensure_ascii=False, separators=(",", ":")))
+        return _subn(json.dumps(raw, ensure_ascii=False, separators=(",", ":")))
     if raw is None:
-        return ""
+        return "", 0
     raise InvalidMessage(f"{field} must be a JSON string", field=field)
 
 
-def _tool_call(raw: Any, *, where: str) -> ToolCall:
+def _tool_call(raw: Any, *, where: str, i: int, intake: _Intake) -> ToolCall:
+    at = f"tool_calls[{i}]"
+    where = f"{where}.{at}"
     if not isinstance(raw, Mapping):
         raise InvalidMessage(f"{where} must be an object", field=where)
     fn = raw.get("function", raw)
     if not isinstance(fn, Mapping):
         raise InvalidMessage(f"{where}.function must be an object", field=f"{where}.function")
-    return ToolCall(
-        id=_clean(_str(raw.get("id"), field=f"{where}.id", default="")),
-        name=_clean(_str(fn.get("name"), field=f"{where}.function.name", default="")),
-        arguments=_arguments(fn.get("arguments"), field=f"{where}.function.arguments"),
-    )
+    call_id = intake.clean(_str(raw.get("id"), field=f"{where}.id", default=""), f"{at}.id")
+    name = intake.clean(_str(fn.get("name"), field=f"{where}.function.name", default=""), f"{at}.function.name")
+    arguments, n = _arguments(fn.get("arguments"), field=f"{where}.function.arguments")
+    intake.noted(f"{at}.function.arguments", n, call_id=call_id)
+    return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
-def from_openai(raw: Any, *, index: int = 0) -> Message:
-    """One OpenAI message dict -> Message. Raises InvalidMessage naming the bad field."""
+def from_openai(raw: Any, *, index: int = 0, repairs: list[Repair] | None = None) -> Message:
+    """One OpenAI message dict -> Message. Raises InvalidMessage naming the bad field. ``repairs``
+    gets a ``Repair`` for each field whose lone surrogates were made U+FFFD."""
     where = f"messages[{index}]"
     if not isinstance(raw, Mapping):
         raise InvalidMessage(f"{where} must be an object", field=where)
@@ -180,22 +232,27 @@ def from_openai(raw: Any, *, index: int = 0) -> Message:
     content = raw.get("content")
     if role == "tool":
         status, content = _declared(raw, status, content, where=where)
-    reasoning = raw.get("reasoning_content", raw.get("reasoning"))
-    return Message(
+    reasoning_key = "reasoning_content" if "reasoning_content" in raw else "reasoning"
+    intake = _Intake(index)
+    message = Message(
         role=role,
-        content=_text(content, where=where),
-        tool_calls=tuple(_tool_call(c, where=f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)),
-        tool_call_id=_optional(tool_call_id) if role == "tool" else None,
-        name=_optional(raw.get("name")),
-        reasoning=_optional(reasoning),
-        finish_reason=_optional(raw.get("finish_reason")),
+        content=_text(content, where=where, intake=intake),
+        tool_calls=tuple(_tool_call(c, where=where, i=i, intake=intake) for i, c in enumerate(calls)),
+        tool_call_id=_optional(raw, "tool_call_id", intake) if role == "tool" else None,
+        name=_optional(raw, "name", intake),
+        reasoning=_optional(raw, reasoning_key, intake),
+        finish_reason=_optional(raw, "finish_reason", intake),
         status=status,
     )
+    if repairs is not None:
+        repairs.extend(intake.repairs)
+    return message
 
 
-def _optional(value: Any) -> str | None:
+def _optional(raw: Mapping[str, Any], key: str, intake: _Intake) -> str | None:
     """An optional string field, cleaned like content; anything else is ignored."""
-    return _clean(value) if isinstance(value, str) else None
+    value = raw.get(key)
+    return intake.clean(value, key) if isinstance(value, str) else None
 
 
 def _declared(raw: Mapping[str, Any], status: str | None, content: Any, *, where: str) -> tuple[str | None, Any]:
@@ -217,10 +274,21 @@ def _declared(raw: Mapping[str, Any], status: str | None, content: Any, *, where
     return status, content
 
 
-def from_openai_list(raw: Any) -> list[Message]:
+def from_openai_list(raw: Any, *, repairs: list[Repair] | None = None) -> list[Message]:
     if not isinstance(raw, Sequence) or isinstance(raw, str):
         raise InvalidMessage("messages must be a list", field="messages")
-    return [from_openai(m, index=i) for i, m in enumerate(raw)]
+    return [from_openai(m, index=i, repairs=repairs) for i, m in enumerate(raw)]
+
+
+def repaired_note(repairs: Sequence[Repair], *, limit: int = 8) -> str:
+    """One line for people: where lone surrogates were made U+FFFD ('' for nowhere), the first
+    ``limit`` places named (a header or a log line stays short)."""
+    if not repairs:
+        return ""
+    total = sum(r.replaced for r in repairs)
+    shown = ", ".join(r.note for r in repairs[:limit])
+    more = f", and {len(repairs) - limit} more fields" if len(repairs) > limit else ""
+    return f"{total} lone surrogate{'s' if total > 1 else ''} replaced with U+FFFD: {shown}{more}"
 
 
 def to_openai(m: Message, *, extensions: bool = False) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from budgeter.core.counting import Adaptation
+from budgeter.core.counting import Adaptation, repaired
 from budgeter.core.engine import BuildResult
 from budgeter.core.jsonargs import dumps_bytes, loads
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
@@ -137,8 +137,9 @@ class Proxy:
         self.metrics.built(turn.result)
         body, adapted = self._upstream_body(raw, request, turn)
         self.metrics.adapted(adapted)
+        said = self._repaired(request, turn.session)
         call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
-                    headers={**report_headers(turn), **notes_header(adapted)})
+                    headers={**report_headers(turn), **notes_header((*adapted, *said))})
         forward = forward_headers(http)
         if raw.get("stream") is True:
             return await self._stream(call, forward)
@@ -147,6 +148,15 @@ class Proxy:
     def _turn(self, raw: dict[str, Any], session: str) -> tuple[Request, Turn]:
         request = Request.of(raw, extra_tools=self.extra_tools)
         return request, self.turns.turn(request, session=session)
+
+    def _repaired(self, request: Request, session: str) -> tuple[Adaptation, ...]:
+        """The request's lone surrogates made U+FFFD, as the note for its header; logged and counted
+        too: the model does not see the request as written."""
+        said = repaired(request.repairs)
+        if said:
+            self.metrics.repaired(request.repairs)
+            log.warning("session %s: %s", session or "(fit)", said[0].note)
+        return said
 
     def _upstream_body(self, raw: dict[str, Any], request: Request, turn: Turn
                        ) -> tuple[dict[str, Any], tuple[Adaptation, ...]]:
@@ -354,23 +364,25 @@ class Proxy:
             options = raw.pop("budgeter", None) or {}
             if not isinstance(options, dict):
                 raise InvalidInput("budgeter must be an object of policy fields", field="budgeter")
-            body, result, adapted = await self._blocking(self._fit, raw, options)
+            request, body, result, adapted = await self._blocking(self._fit, raw, options)
         except Exception as exc:
             return error_response(exc)
         self.metrics.built(result)
         self.metrics.adapted(adapted)
-        return JSON({"body": body, "report": {"tokenizer": self.turns.tokenizer, **result.report()}},
-                            headers=notes_header(adapted))
+        said = self._repaired(request, "")
+        report = {"tokenizer": self.turns.tokenizer, **result.report()}
+        report["notes"] += [a.note for a in said]  # as a BuildPrompt's report says them
+        return JSON({"body": body, "report": report}, headers=notes_header((*adapted, *said)))
 
     def _fit(self, raw: dict[str, Any], options: dict[str, Any]
-             ) -> tuple[dict[str, Any], BuildResult, tuple[Adaptation, ...]]:
+             ) -> tuple[Request, dict[str, Any], BuildResult, tuple[Adaptation, ...]]:
         request = Request.of(raw)
         result = self.turns.fit(request, overrides=options)
         messages, tools, adapted = self.turns.wire(result, request.tools)
         body = {**raw, "messages": messages, **({"tools": tools} if tools else {})}
         if not tools:
             body.pop("tools", None)
-        return body, result, adapted
+        return request, body, result, adapted
 
     async def health(self, http: HTTPRequest) -> Response:
         """Readiness: SERVING (200) only while both the store and the upstream answer; else

@@ -14,7 +14,7 @@ from typing import Any
 
 from budgeter.core.counting import Adaptation, adaptations
 from budgeter.core.engine import BuildResult, trim
-from budgeter.core.messages import Message, from_openai_list
+from budgeter.core.messages import Message, Repair, from_openai_list
 from budgeter.core.policy import policy_from_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
@@ -55,19 +55,22 @@ class _Line:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A chat-completions body, checked: messages parsed, the session's tools."""
+    """A chat-completions body, checked: messages parsed, the session's tools, and the repairs
+    parsing made (lone surrogates made U+FFFD: the front door says so)."""
 
     messages: list[Message]
     tools: list[JSONDict]
+    repairs: tuple[Repair, ...] = ()
 
     @classmethod
     def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
         _check_fields(body)
-        messages = from_openai_list(body["messages"])
+        repairs: list[Repair] = []
+        messages = from_openai_list(body["messages"], repairs=repairs)
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
         tools = check_tools(body.get("tools") or [])
-        return cls(messages, [*tools, *extra_tools])
+        return cls(messages, [*tools, *extra_tools], tuple(repairs))
 
 
 def _check_fields(body: dict[str, Any]) -> None:

@@ -109,7 +109,7 @@ def ttl_from_pb(has: bool, d: Duration) -> float | None:
 
 def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
     return pb.AppendMessagesResponse(
-        etag=r.etag, message_count=r.message_count, replayed=r.replayed,
+        etag=r.etag, message_count=r.message_count, replayed=r.replayed, notes=r.notes,
         messages=[pb.AppendedMessage(
             index=a.index, tokens=a.tokens,
             result_status=RESULT.get(a.result or "", pb.RESULT_STATUS_UNSPECIFIED),

@@ -151,6 +151,8 @@ class AppendResult:
     current: bool = False
     """This replica's live engine holds the append (written through, no other writer between):
     a build right after it needs no catch-up read."""
+    notes: tuple[str, ...] = ()
+    """What the front door changed in the messages on the way in (lone surrogates made U+FFFD)."""
 
 
 @dataclass(frozen=True, slots=True)

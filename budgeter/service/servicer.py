@@ -6,11 +6,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
 
 from budgeter.core.jsonargs import dumps_text
+from budgeter.core.messages import Message, Repair, repaired_note
 from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.service import convert as cv
 from budgeter.service.auth import Auth
@@ -128,11 +130,20 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
                 etag: str = "") -> AppendResult:
         """AppendMessages, also run by BuildPrompt when its request carries messages."""
         self.sessions.check_sizes([m.ByteSize() for m in messages])  # before any parsing
-        result = self.sessions.append(session, cv.messages_from_pb(messages), request_id=request_id, etag=etag)
+        parsed, notes = self._parsed(messages)
+        result = self.sessions.append(session, parsed, request_id=request_id, etag=etag)
         if not result.replayed:
             self.metrics.tokens_counted.labels(result.tokenizer).inc(
                 sum(m.tokens for m in result.messages))
-        return result
+        return replace(result, notes=notes) if notes else result
+
+    def _parsed(self, messages: Sequence[pb.Message]) -> tuple[list[Message], tuple[str, ...]]:
+        """The request's messages, and the note saying what was repaired on the way in (a lone
+        surrogate can only come as a ``"\\ud800"`` escape in arguments: protobuf strings are UTF-8)."""
+        repairs: list[Repair] = []
+        parsed = cv.messages_from_pb(messages, repairs=repairs)
+        self.metrics.repaired(repairs)
+        return parsed, (repaired_note(repairs),) if repairs else ()
 
     @rpc
     def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
@@ -149,15 +160,18 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         out = cv.build_to_pb(built, request.view)
         if appended is not None:
             out.appended.CopyFrom(cv.append_to_pb(appended))
+            out.report.notes.extend(appended.notes)
         return out
 
     @rpc
     def CountTokens(self, request: pb.CountTokensRequest, context: Any) -> pb.CountTokensResponse:
-        result = self.sessions.count(tokenizer=request.tokenizer,
-                                     messages=cv.messages_from_pb(request.messages),
+        messages, notes = self._parsed(request.messages)
+        result = self.sessions.count(tokenizer=request.tokenizer, messages=messages,
                                      text=request.text, tools=cv.tools_from_json(request.tools_json))
         self.metrics.tokens_counted.labels(result.tokenizer).inc(result.tokens)
-        return cv.count_to_pb(result)
+        out = cv.count_to_pb(result)
+        out.notes.extend(notes)
+        return out
 
     @rpc
     def ListTokenizers(self, request: pb.ListTokenizersRequest, context: Any) -> pb.ListTokenizersResponse:

@@ -278,16 +278,18 @@ class AppendedMessage(_message.Message):
     def __init__(self, index: _Optional[int] = ..., tokens: _Optional[int] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallVerdict, _Mapping]]] = ..., result_status: _Optional[_Union[ResultStatus, str]] = ...) -> None: ...
 
 class AppendMessagesResponse(_message.Message):
-    __slots__ = ("messages", "etag", "message_count", "replayed")
+    __slots__ = ("messages", "etag", "message_count", "replayed", "notes")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[AppendedMessage]
     etag: str
     message_count: int
     replayed: bool
-    def __init__(self, messages: _Optional[_Iterable[_Union[AppendedMessage, _Mapping]]] = ..., etag: _Optional[str] = ..., message_count: _Optional[int] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, messages: _Optional[_Iterable[_Union[AppendedMessage, _Mapping]]] = ..., etag: _Optional[str] = ..., message_count: _Optional[int] = ..., replayed: _Optional[bool] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PromptOverrides(_message.Message):
     __slots__ = ("window", "reserve", "low_water", "protect_tail_turns")

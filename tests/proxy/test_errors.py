@@ -225,6 +225,37 @@ def test_a_lone_surrogate_in_content_is_replaced_not_a_500(proxy):
     r = httpx.post(proxy.base_url + "/budgeter/fit", content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
     assert [m["content"] for m in r.json()["body"]["messages"]] == ["half \ufffd of a pair", "\ufffd"]
+    note = "2 lone surrogates replaced with U+FFFD: messages[0].content (1), messages[1].content (1)"
+    assert r.headers["x-budgeter-notes"] == note and note in r.json()["report"]["notes"]
+
+
+def test_a_chat_turn_with_lone_surrogates_sends_u_fffd_and_says_so(proxy, caplog):
+    """Issue 55, item 4: lone surrogates in content and (escaped) in a call's arguments reach the
+    upstream as U+FFFD in valid UTF-8, and the reply's X-Budgeter-Notes, the log and a metric say
+    which message, which field and call, and how many; streamed or not. A clean turn says nothing."""
+    call = {"id": "c1", "type": "function", "function": {"name": "write_file",
+                                                         "arguments": '{"path": "a\\ud800.txt"}'}}
+    raw = ('{"model": "m", "messages": [{"role": "user", "content": "half \\ud800 of a pair"}, '
+           f'{{"role": "assistant", "content": "", "tool_calls": [{json.dumps(call)}]}}, '
+           '{"role": "tool", "tool_call_id": "c1", "content": "written"}, {"role": "user", "content": "go"}]')
+    note = ("2 lone surrogates replaced with U+FFFD: messages[0].content (1), "
+            "messages[1].tool_calls[0].function.arguments of call 'c1' (1)")
+    for stream in (False, True):
+        body = (raw + f', "stream": {json.dumps(stream)}}}').encode()
+        with caplog.at_level("WARNING", logger="budgeter.proxy"):
+            r = httpx.post(proxy.base_url + "/chat/completions", content=body,
+                           headers={"content-type": "application/json", "x-budgeter-session": f"s{stream}"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-budgeter-notes"] == note
+        assert any(f"session s{stream}: {note}" == rec.getMessage() for rec in caplog.records), caplog.text
+        sent = proxy.upstream.received[-1]
+        json.dumps(sent, ensure_ascii=False).encode("utf-8")  # valid UTF-8: no surrogate left
+        assert sent["messages"][0]["content"] == "half \ufffd of a pair"
+        assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"path": "a\ufffd.txt"}
+    clean = httpx.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": [SYSTEM, USER]})
+    assert clean.status_code == 200 and "x-budgeter-notes" not in clean.headers
+    metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'budgeter_repaired_requests_total{kind="lone_surrogates"} 2.0' in metrics
 
 
 NOT_COMPLETIONS = [
@@ -359,6 +390,11 @@ def test_lone_surrogates_outside_content_are_replaced_and_fit_answers_not_a_500(
     m = r.json()["body"]["messages"][1]
     assert (m["reasoning_content"], m["tool_calls"][0]["id"], m["tool_calls"][0]["function"]["name"]) == (
         "\ufffd", "c\ufffd", "f\ufffd")
+    notes = r.headers["x-budgeter-notes"]
+    for where in ("messages[1].reasoning_content (1)", "messages[1].name (1)", "messages[1].tool_calls[0].id (1)",
+                  "messages[1].tool_calls[0].function.name (1)", "messages[2].tool_call_id (1)",
+                  "messages[1].tool_calls[0].function.arguments of call 'c?' (1)"):
+        assert where in notes, notes
 
 
 @pytest.mark.parametrize("stream", ["yes", 1, [], {}])

@@ -181,7 +181,7 @@ HTTP 500 ("Failed to parse tool call arguments as JSON")."""
 def test_tiny_qwen3_lone_surrogates_are_repaired_and_every_turn_is_accepted(tiny_qwen3):
     """A session whose history holds a lone surrogate in a call's arguments and in content: sent as
     is, llama-server refuses it; through the proxy it is repaired to U+FFFD (inside the parsed
-    arguments) and every later turn is accepted and counted exactly."""
+    arguments), X-Budgeter-Notes says so, and every later turn is accepted and counted exactly."""
     import json
 
     url, folder = tiny_qwen3
@@ -205,6 +205,8 @@ def test_tiny_qwen3_lone_surrogates_are_repaired_and_every_turn_is_accepted(tiny
                                                    "max_tokens": 4}),
                                headers={"content-type": "application/json"})
             assert reply.status_code == 200, reply.text
+            assert ("2 lone surrogates replaced with U+FFFD: messages[2].tool_calls[0].function.arguments of call "
+                    "'c1' (1), messages[3].content (1)") in reply.headers["x-budgeter-notes"]  # each turn: again
             body = reply.json()
             seen.append((body["usage"]["prompt_tokens"], int(reply.headers["x-budgeter-tokens-after"])))
             messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"] or ""})
