@@ -10,6 +10,8 @@ Skips with the reason where the server binary is not built (.ci/build-llama-serv
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from budgeter.core.counting import sent
@@ -403,3 +405,75 @@ def test_tekken_gguf_text_splits_as_llama_cpp_splits_it(tekken_served):
         assert tekken.encode(text, bos=False, eos=False) == llamacpp.tokenize(url, text), text
     for text in INDIC:  # measured: 16 against 24 and 11 against 16 tokens
         assert len(tekken.encode(text, bos=False, eos=False)) < len(llamacpp.tokenize(url, text)), text
+
+
+_TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+_SYSTEM = {"role": "system", "content": "You are terse."}
+_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]}
+
+
+def _user(text):
+    return {"role": "user", "content": text}
+
+
+def _result(content):
+    return {"role": "tool", "tool_call_id": "call_1", "content": content}
+
+
+def _nine(messages):
+    """The messages with the call's id made 9 alphanumeric characters, as Nemo's template wants."""
+    return [{**m, "tool_calls": [{**m["tool_calls"][0], "id": "abcdefghi"}]} if m.get("tool_calls") else
+            {**m, "tool_call_id": "abcdefghi"} if m.get("tool_call_id") else m for m in messages]
+
+
+def test_builtin_mistral_tekken_equals_llama_server_except_where_nemos_template_differs(tekken_served):
+    """Why the built-in mistral-tekken profile's ground truth is mistral-common (vLLM's mistral
+    mode, Mistral's API), not llama.cpp: on the Tekken GGUF with Mistral Nemo's published template
+    the two agree on plain turns, a system prompt, tool schemas, calls and JSON results, and differ
+    where Nemo's Jinja template renders otherwise than mistral-common encodes:
+    - a result that is not JSON: mistral-common writes it as a JSON string, the template raw
+      (measured +4 tokens for a 2-line result);
+    - a conversation that ends with a result (each agent step): the template writes the system
+      prompt only into a last user turn, so the server drops it; mistral-common keeps it;
+    - a user turn right after results: the server refuses the template's render (budgeter's GGUF
+      profile sends an empty assistant turn, one </s> more than mistral-common);
+    - Indic scripts, tokenized apart at vowel signs by llama.cpp (the test above)."""
+    from budgeter.core.messages import from_openai_list
+
+    url, gguf, builtin = tekken_served
+
+    def counts(messages, tools=None):
+        m = from_openai_list(messages)
+        wire = sent(gguf, m, tools or ())
+        body, schemas = wire if wire is not None else ([to_openai(x) for x in m], tools)
+        served = llamacpp.chat_prompt_tokens(url, body, schemas or None)
+        assert gguf.count_prompt(m, tools or ()) == served
+        return served, builtin.count_prompt(m, tools or ())
+
+    answered = [_user("Read a.py"), _CALL, _result('{"lines": 3}'), {"role": "assistant", "content": "Done."},
+                _user("Thanks")]
+    for messages, tools in (([_user("Hello 你好 😀"), {"role": "assistant", "content": "Hi!"}, _user("Fix it")], None),
+                            ([_SYSTEM, _user("Hello"), {"role": "assistant", "content": "Hi!"}, _user("Go")], None),
+                            ([_SYSTEM, _user("Read a.py")], _TOOLS), (answered, _TOOLS),
+                            ([_user("Read a.py"), _CALL, _result('{"lines": 3}')], _TOOLS)):
+        served, own = counts(messages, tools)
+        assert served == own, messages
+
+    text = 'def f():\n    return "x"\n'
+    served, own = counts([*answered[:2], _result(text), *answered[3:]], _TOOLS)
+    assert own > served  # the JSON string mistral-common writes, given to the template, counts the same
+    assert counts([*answered[:2], _result(json.dumps(text)), *answered[3:]], _TOOLS)[0] == own
+
+    step = [_SYSTEM, _user("Read a.py"), _CALL, _result('{"lines": 3}')]
+    served, own = counts(step, _TOOLS)
+    assert own > served == counts(step[1:], _TOOLS)[1]  # the server's prompt has no system text
+    assert "You are terse." not in llamacpp.apply_template(url, _nine(step), _TOOLS)
+
+    interrupted = [_user("Read a.py"), _CALL, _result('{"lines": 3}'), _user("Stop.")]
+    for raw, reason in ((answered, "length 9"), (_nine(interrupted), "must alternate")):  # as a client sends them
+        with pytest.raises(llamacpp.ServerError, match=reason):
+            llamacpp.chat_prompt_tokens(url, raw, _TOOLS)
+    served, own = counts(interrupted, _TOOLS)
+    assert served == own + 1  # the </s> of the empty answer budgeter sends
