@@ -5,7 +5,8 @@
   or ``$BUDGETER_LLAMA_SERVER``); tests skip with the reason where it is absent.
 - ``Vocab``: what a GGUF says about a tokenizer. ``vocab_from_hf`` reads a byte-level BPE
   ``tokenizer.json`` (a model folder or the file, or a ``tokenizers.Tokenizer``);
-  ``vocab_from_sentencepiece`` reads a SentencePiece ``.model`` file.
+  ``vocab_from_sentencepiece`` reads a SentencePiece ``.model`` file; ``vocab_from_tekken`` a
+  mistral-common Tekken file, as llama.cpp's converter does for Mistral-format models.
 - ``write_tiny_gguf(vocab, path, chat_template=...)``: a llama-architecture GGUF with random weights
   (width 64, one layer) around that vocabulary, written with the ``gguf`` package in seconds. Its
   text is noise; its tokenizer, template rendering and ``usage.prompt_tokens`` are the server's own.
@@ -174,6 +175,23 @@ def vocab_from_sentencepiece(model_file: str | Path, *, chat_template: str | Non
     return Vocab("llama", tokens, types, pre="default", scores=scores, bos=valid(spec.bos_id),
                  eos=valid(spec.eos_id), unk=valid(spec.unk_id), pad=valid(spec.pad_id), add_bos=add_bos,
                  add_space_prefix=bool(m.normalizer_spec.add_dummy_prefix), chat_template=chat_template)
+
+
+def vocab_from_tekken(tekken_json: str | Path, *, chat_template: str | None = None) -> Vocab:
+    """A mistral-common Tekken vocabulary (``tekken.json``) as llama.cpp's ``convert_hf_to_gguf.py``
+    writes a Mistral-format model's: the ``gguf`` package's ``MistralVocab`` (the control tokens
+    first, then the byte-level tokens, merges rebuilt from the ranks), pre-tokenizer ``tekken``,
+    bos added."""
+    from gguf.vocab import MistralVocab
+
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(tekken_json, Path(folder) / "tekken.json")
+        mistral = MistralVocab(Path(folder))
+        entries = list(mistral.all_tokens())
+        merges = mistral.extract_vocab_merges_from_model()
+    return Vocab("gpt2", [text.decode("utf-8") for text, _, _ in entries], [int(kind) for _, _, kind in entries],
+                 pre="tekken", merges=merges, bos=mistral.bos_id, eos=mistral.eos_id, unk=mistral.unk_id,
+                 pad=mistral.pad_id, add_bos=True, chat_template=chat_template)
 
 
 def _sentencepiece_proto() -> Any:

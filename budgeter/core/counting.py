@@ -367,7 +367,7 @@ class TemplateCounter:
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
         self._notes = tuple(notes)
-        self._server_rules = bool(getattr(getattr(fmt, "rules", None), "single_call", False))
+        self._server_rules = bool(getattr(getattr(fmt, "rules", None), "sent_rewrites", False))
         """The template's rules rewrite what the server is sent too (``RuledFormat.for_server``)."""
         self.windowed = incremental.Windowed(drops_reasoning=drops_reasoning)
         """Renders only the tail of a prompt that extends the session's previous one (checked each time)."""

@@ -14,7 +14,8 @@ consecutive messages of one role. ``adapter`` returns the rewrite applied before
   beginning"; Gemma 3 breaks its alternation): a later system message becomes a user message with
   the same content, as LiteLLM sends system text to models without a system role. History is
   append-only, so refusing it at render time would leave a session that can never be built.
-- strict alternation: consecutive messages of one role are merged with a blank line.
+- strict alternation: consecutive messages of one role are merged with a blank line (tool results
+  only where two in a row do not render).
 
 The rewritten conversation is what budgeter counts and what the report names, so a template that
 would drop tool traffic never leads to a silent under-count.
@@ -45,6 +46,8 @@ class Capabilities:
     tool_role: bool
     alternation_free: bool
     system_anywhere: bool = True
+    tool_runs: bool = False
+    """Results of two calls render one after the other (not merged where roles must alternate)."""
 
     def adaptations(self) -> list[Adaptation]:
         """Each rewrite of the request this template needs (all are sent as counted)."""
@@ -100,6 +103,8 @@ def probe(fmt: ChatFormat) -> Capabilities:
         system_anywhere=_renders(fmt, [{"role": "system", "content": "s"}, user, {"role": "assistant", "content": "a"},
                                        {"role": "system", "content": "zqlater"}, {"role": "user", "content": "b"}],
                                  None, "zqlater"),
+        tool_runs=_renders(fmt, [user, {**call, "tool_calls": [_CALL, {**_CALL, "id": "zqid2"}]}, result,
+                                 {**result, "tool_call_id": "zqid2", "content": "zqsecond"}], None, "zqsecond"),
     )
 
 
@@ -154,7 +159,7 @@ def adapter(caps: Capabilities) -> Adapter | None:
         out: list[dict[str, Any]] = placed
         starts: list[int] = []
         if not caps.alternation_free:
-            out, starts = _merge_runs(placed, memo, held)
+            out, starts = _merge_runs(placed, memo, held, tool_runs=caps.tool_runs)
         if len(messages) > 1:  # (not a message priced alone: its walk would hide the conversation's)
             walks.keep(messages, _Adapted(ones, placed, out, starts))
         return out, tools
@@ -200,9 +205,11 @@ def _content_chars(m: Mapping[str, Any]) -> int:
     return len(content) if isinstance(content, str) else 0
 
 
-def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo, held: _Adapted | None = None
-                ) -> tuple[list[dict[str, Any]], list[int]]:
-    """Consecutive messages of one role (but system) merged, and where each run starts. ``held``:
+def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo, held: _Adapted | None = None, *,
+                tool_runs: bool = False) -> tuple[list[dict[str, Any]], list[int]]:
+    """Consecutive messages of one role (but system, and tool results where ``tool_runs``: each
+    answers its own call, and Mistral's templates skip them when they check that roles alternate)
+    merged, and where each run starts. ``held``:
     the same conversation's previous merge; its runs that end before the first message the two
     lists do not share (the next run starts inside what they share) are kept as they were."""
     out: list[dict[str, Any]] = []
@@ -216,7 +223,7 @@ def _merge_runs(messages: list[dict[str, Any]], memo: IdentityMemo, held: _Adapt
     n = len(messages)
     while i < n:
         role, j = messages[i]["role"], i + 1
-        if role != "system":
+        if role != "system" and not (tool_runs and role == "tool"):
             while j < n and messages[j]["role"] == role:
                 j += 1
         run = messages[i:j]

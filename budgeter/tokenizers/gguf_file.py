@@ -1,7 +1,7 @@
 """``.gguf`` files: the tokenizer and chat template embedded in the model file.
 
-Byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) with the qwen2 or llama-bpe
-split rules are rebuilt here as a ``tokenizers`` object from the metadata: tokens, merges, the
+Byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) with the qwen2, llama-bpe or
+tekken split rules are rebuilt here as a ``tokenizers`` object from the metadata: tokens, merges, the
 split regex named by ``tokenizer.ggml.pre``, and control/user-defined tokens as added tokens.
 Every other vocabulary -- SentencePiece (``"llama"``: Gemma, Llama 2, Mistral v1-v3), other
 split rules, Unigram -- goes through transformers' own GGUF tokenizer builders
@@ -20,7 +20,17 @@ _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PRE = {"qwen2": (_QWEN2, True), "llama-bpe": (_LLAMA3, False), "llama3": (_LLAMA3, False)}
+# llama.cpp's own rewrite of Tekken's split (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_TEKKEN), not the
+# tokenizer.json's: its regex engine has no \p{Lu}/\p{Ll}, so "upper" is a letter other than a-z and
+# "lower" a letter other than A-Z, and combining marks are not letters. Non-ASCII text splits
+# differently from mistral-common's and transformers' Tekken: a vowel sign breaks a Devanagari or
+# Telugu word apart (a Hindi sentence: 24 tokens on llama-server, 16 in mistral-common), and
+# budgeter counts it as the server does.
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+           r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE = {"qwen2": (_QWEN2, True), "llama-bpe": (_LLAMA3, False), "llama3": (_LLAMA3, False),
+       "tekken": (_TEKKEN, False)}
 _CONTROL, _USER_DEFINED = 3, 4
 
 

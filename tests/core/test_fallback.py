@@ -25,7 +25,8 @@ def _message(role: str, k: int) -> dict:
 
 
 _ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
-_CAPS = st.builds(Capabilities, st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+_CAPS = st.builds(Capabilities, st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans(),
+                  st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
@@ -55,6 +56,22 @@ def test_each_build_is_rewritten_as_a_fresh_adapter_would(caps, steps, with_tool
         assert fresh is not None
         want, want_tools = fresh(list(conversation), tools)
         assert got == want and list(got_tools) == list(want_tools)
+
+
+def test_results_in_a_row_stay_apart_where_the_template_renders_them_so():
+    """Where roles must alternate, consecutive messages are merged, but two tool results are kept
+    apart where the template renders them one after the other (Mistral's templates skip calls and
+    results when they check the alternation): each answers its own call, by its id."""
+    calls = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": {}}} for k in (1, 2)]}
+    conversation = [{"role": "user", "content": "u"}, calls, _message("tool", 1), _message("tool", 2),
+                    {"role": "user", "content": "v"}, {"role": "user", "content": "w"}]
+    for tool_runs, results in ((True, 2), (False, 1)):
+        adapt = adapter(Capabilities(True, True, True, False, True, tool_runs=tool_runs))
+        assert adapt is not None
+        got, _ = adapt(conversation, [])
+        assert [m["role"] for m in got].count("tool") == results
+        assert got[-1]["content"] == "v\n\nw"  # the users' turns are merged either way
 
 
 SYSTEM_LATER = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"},

@@ -10,6 +10,8 @@ Skips with the reason where the server binary is not built (.ci/build-llama-serv
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from budgeter.core.counting import sent
@@ -25,8 +27,24 @@ from tests.tokenizers.agent_sessions import session
 
 SMALL = Policy(window=6000, reserve=500)
 
+NEMO_TEMPLATE = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
+"""The chat template published with mistralai/Mistral-Nemo-Instruct-2407 (its tokenizer_config.json;
+Tekken vocabulary), from llama.cpp's copy in models/templates/ (ggml-org/llama.cpp, read from the
+sdist .ci/build-llama-server keeps)."""
+
+
+def _tekken_json():
+    from importlib import resources
+
+    return resources.files("mistral_common") / "data" / "tekken_240911.json"
+
 
 def _vocab(profile: str):
+    if profile == "tekken-gguf":  # what llama.cpp's converter writes for a Mistral-format Tekken model
+        template = llamacpp.published_template(NEMO_TEMPLATE)
+        if template is None:
+            pytest.skip(f"llama.cpp sdist with models/templates/{NEMO_TEMPLATE} not cached")
+        return llamacpp.vocab_from_tekken(_tekken_json(), chat_template=template)
     if profile in ("qwen3.6", "qwen2.5"):
         from tests.tokenizers.builtin_vocab import converted
 
@@ -36,7 +54,9 @@ def _vocab(profile: str):
     return llamacpp.vocab_from_hf(shared_tokenizer(profile))
 
 
-def _spec(profile: str) -> str:
+def _spec(profile: str, model) -> str:
+    if profile == "tekken-gguf":  # the GGUF itself, as a user points budgeter at one
+        return str(model)
     if profile in ("qwen3.6", "qwen2.5"):
         return profile
     from tests.conftest import shared_tokenizer
@@ -50,6 +70,9 @@ CASES = {
     "qwen3.6-no-preserve": ("qwen3.6", "vllm", ("--no-reasoning-preserve",)),
     "qwen2.5": ("qwen2.5", "llama.cpp", ()),
     "qwen3-folder": ("qwen3", "llama.cpp", ()),
+    # the built-in mistral-tekken profile counts mistral-common's encoding instead (vLLM's mistral
+    # mode, Mistral's API); how that differs from llama.cpp's is measured below
+    "tekken-gguf": ("tekken-gguf", "llama.cpp", ()),
 }
 
 
@@ -59,9 +82,15 @@ def served(request, tmp_path_factory):
     profile, server, args = CASES[request.param]
     model = tmp_path_factory.mktemp("gguf") / f"{profile}.gguf"
     llamacpp.write_tiny_gguf(_vocab(profile), model)
-    counter = resolve(f"{_spec(profile)}@{server}")
+    counter = resolve(f"{_spec(profile, model)}@{server}")
     with llamacpp.serve(model, extra_args=args) as url:
         yield counter, url
+
+
+def _served_text(rendered: str) -> str:
+    """budgeter's render as ``/apply-template`` shows it: llama-server strips the BOS a template
+    writes where its vocabulary adds one anyway (Mistral's ``<s>``), and ``/tokenize`` adds it back."""
+    return rendered.removeprefix("<s>")
 
 
 def _server_counts(url, messages, tools, counter=None):
@@ -83,9 +112,9 @@ def test_counts_equal_llama_server_before_and_after_compaction(served, seed):
     assert result.tokens <= SMALL.budget and (result.compacted or list(result.messages) != messages)
     for prompt in (messages, list(result.messages)):
         usage, text, ids = _server_counts(url, prompt, tools, counter)
-        assert counter.render(prompt, tools) == text
+        assert _served_text(counter.render(prompt, tools)) == text
         assert counter.count_prompt(prompt, tools) == usage == len(ids)
-        assert counter.pieces.tokenizer.encode_full(text) == ids
+        assert counter.pieces.tokenizer.encode_full(counter.render(prompt, tools)) == ids
 
 
 def test_turn_by_turn_builds_equal_llama_server(served):
@@ -100,13 +129,25 @@ def test_turn_by_turn_builds_equal_llama_server(served):
         engine.append(turn)
         result = engine.build()
         if len(engine.history) >= MIN_MESSAGES:
-            text = llamacpp.apply_template(url, [to_openai(m) for m in result.messages], tools)
+            wire = sent(counter, result.messages, tools)  # the request budgeter returns
+            body, schemas = wire if wire is not None else ([to_openai(m) for m in result.messages], tools)
+            text = llamacpp.apply_template(url, body, schemas)
             assert result.tokens == len(llamacpp.tokenize(url, text, add_special=True))
             checked += 1
     assert checked > 10
     # windows were used, except where an early reasoning block rules them out for templates that
-    # drop earlier reasoning (this session has one near its start)
-    assert counter.windowed.windowed > windowed or counter.windowed.drops_reasoning
+    # drop earlier reasoning (this session has one near its start), or where the system text moves
+    assert counter.windowed.windowed > windowed or counter.windowed.drops_reasoning or _system_moves(counter)
+
+
+def _system_moves(counter) -> bool:
+    """Whether the template writes the system text somewhere else once the conversation grows
+    (Mistral Nemo's: into the last turn, and only if that is the user's). The text before any
+    window then changes from build to build, and every build renders whole (still exact)."""
+    system, user = Message("system", "zqsystem"), Message("user", "u")
+    first = counter.render([system, user], ())
+    later = counter.render([system, user, Message("assistant", "a"), Message("user", "v")], ())
+    return later.find("zqsystem") != first.find("zqsystem")
 
 
 def test_no_tools_and_a_lone_user_turn(served):
@@ -142,9 +183,9 @@ def test_text_that_nfc_would_change_counts_as_the_server_reads_it(served):
     counter, url = served
     messages, tools = session(4, chars=4_000)
     prompt = [*messages[:2], *[Message(role="user", content=text) for text in NOT_NFC]]
-    usage, text, ids = _server_counts(url, prompt, None)
+    usage, text, ids = _server_counts(url, prompt, None, counter)
     assert counter.count_prompt(prompt, ()) == usage == len(ids)
-    assert counter.pieces.tokenizer.encode_full(text) == ids
+    assert counter.pieces.tokenizer.encode_full(counter.render(prompt, ())) == ids
     for piece in NOT_NFC:
         assert counter.count_text(piece) == len(llamacpp.tokenize(url, piece))
 
@@ -156,11 +197,11 @@ def test_cut_arguments_refused_by_server_and_compaction_makes_them_acceptable(se
     counter, url = served
     messages, tools = session(1, chars=30_000, truncated=True)
     with pytest.raises(llamacpp.ServerError) as refused:
-        _server_counts(url, messages, tools)
+        _server_counts(url, messages, tools, counter)
     assert refused.value.status in (400, 500)
     assert counter.count_prompt(messages, tools) > 0
     result = trim(messages, counter=counter, tools=tools, policy=SMALL)
-    usage, _, ids = _server_counts(url, list(result.messages), tools)
+    usage, _, ids = _server_counts(url, list(result.messages), tools, counter)
     assert result.tokens == counter.count_prompt(list(result.messages), tools) == usage == len(ids)
 
 
@@ -211,7 +252,7 @@ def test_a_final_assistant_message_is_counted_as_the_servers_prefill(served):
         for prompt in ([Message("user", "hi"), last], [*history, last], [*messages, last]):
             usage, text, ids = _server_counts(url, prompt, tools, counter)
             if prefill:
-                assert counter.render(prompt, tools) == text
+                assert _served_text(counter.render(prompt, tools)) == text
                 assert counter.count_prompt(prompt, tools) == usage == len(ids)
             else:
                 assert counter.count_prompt(prompt, tools) >= usage
@@ -265,9 +306,11 @@ def test_a_developer_message_is_accepted_and_counted_as_the_server_renders_it(se
     later = from_openai({"role": "developer", "content": "From now on, answer in French."})
     assert first.role == later.role == "developer"
     body = [m for m in messages if m.role != "system"]
-    for prompt in ([first, *body], [first, *body[:3], later, *body[3:]]):
+    for prompt in ([first, *body], [first, *body[:3], later, *body[3:]], [first, *body, Message("user", "Go on.")]):
         usage, text, ids = _server_counts(url, prompt, tools, counter)
-        assert "Answer tersely." in text
+        assert _served_text(counter.render(prompt, tools)) == text
+        # (Mistral Nemo's template writes the system text into the last turn, and only if it is the user's)
+        assert "Answer tersely." in text or prompt[-1].role != "user"
         assert counter.count_prompt(prompt, tools) == usage == len(ids)
         result = trim(prompt, counter=counter, tools=tools, policy=SMALL)
         assert result.messages[0] is first
@@ -315,5 +358,122 @@ def test_tools_count_as_the_server_rebuilds_them(served, shape):
     tools = [{"type": "function", "function": TOOL_SHAPES[shape]}]
     messages = [Message("user", "hi")]
     usage, text, ids = _server_counts(url, messages, tools, counter)
-    assert counter.render(messages, tools) == text
+    assert _served_text(counter.render(messages, tools)) == text
     assert counter.count_prompt(messages, tools) == usage == len(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tekken: the GGUF llama.cpp serves against the built-in mistral-tekken profile (mistral-common)
+
+INDIC = ["यह एक परीक्षण है और मैं हिंदी में लिख रहा हूँ।", "నేను తెలుగులో రాస్తున్నాను"]
+PLAIN = ["Fix the failing test in src/app.py and keep README.md in sync.", "def add(a, b):\n    return a + b\n",
+         "请把上下文窗口的预算再检查一遍 🧮🚀", "Ünïcödé, ÀbcÉdef, приветМир, ΑθήναΕλλάδα, café naïve."]
+
+
+@pytest.fixture(scope="module")
+def tekken_served(tmp_path_factory):
+    """The Tekken GGUF with Mistral Nemo's template, served; budgeter's counter for the GGUF and
+    the built-in mistral-tekken profile."""
+    llamacpp.require_server()
+    model = llamacpp.write_tiny_gguf(_vocab("tekken-gguf"), tmp_path_factory.mktemp("tekken") / "tekken.gguf")
+    with llamacpp.serve(model) as url:
+        yield url, resolve(str(model)), resolve("mistral-tekken")
+
+
+def _mistral_ready(messages):
+    """Tekken V3 (mistral-common) takes an assistant message with content or tool calls, not both,
+    and has no place for reasoning: the calls' own text is dropped, as Nemo's template drops it."""
+    import dataclasses
+
+    return [dataclasses.replace(m, content="", reasoning=None) if m.tool_calls else
+            dataclasses.replace(m, reasoning=None) for m in messages]
+
+
+def test_tekken_gguf_text_splits_as_llama_cpp_splits_it(tekken_served):
+    """llama.cpp splits Tekken text with its own rewrite of the split regex (no \\p{Lu}/\\p{Ll}:
+    combining marks are not letters), not the tokenizer's: Devanagari and Telugu vowel signs break
+    words apart. budgeter's GGUF count follows the server, id for id; mistral-common's (the
+    built-in profile) counts fewer tokens there, and the same ids on text without such marks."""
+    url, gguf, builtin = tekken_served
+    for text in [*PLAIN, *INDIC, *NOT_NFC]:
+        ids = llamacpp.tokenize(url, text)
+        assert gguf.count_text(text) == len(ids) and gguf.pieces.tokenizer.encode_full(text) == ids, text
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    tekken = MistralTokenizer.from_file(str(_tekken_json())).instruct_tokenizer.tokenizer
+    for text in PLAIN:
+        assert tekken.encode(text, bos=False, eos=False) == llamacpp.tokenize(url, text), text
+    for text in INDIC:  # measured: 16 against 24 and 11 against 16 tokens
+        assert len(tekken.encode(text, bos=False, eos=False)) < len(llamacpp.tokenize(url, text)), text
+
+
+_TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+_SYSTEM = {"role": "system", "content": "You are terse."}
+_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]}
+
+
+def _user(text):
+    return {"role": "user", "content": text}
+
+
+def _result(content):
+    return {"role": "tool", "tool_call_id": "call_1", "content": content}
+
+
+def _nine(messages):
+    """The messages with the call's id made 9 alphanumeric characters, as Nemo's template wants."""
+    return [{**m, "tool_calls": [{**m["tool_calls"][0], "id": "abcdefghi"}]} if m.get("tool_calls") else
+            {**m, "tool_call_id": "abcdefghi"} if m.get("tool_call_id") else m for m in messages]
+
+
+def test_builtin_mistral_tekken_equals_llama_server_except_where_nemos_template_differs(tekken_served):
+    """Why the built-in mistral-tekken profile's ground truth is mistral-common (vLLM's mistral
+    mode, Mistral's API), not llama.cpp: on the Tekken GGUF with Mistral Nemo's published template
+    the two agree on plain turns, a system prompt, tool schemas, calls and JSON results, and differ
+    where Nemo's Jinja template renders otherwise than mistral-common encodes:
+    - a result that is not JSON: mistral-common writes it as a JSON string, the template raw
+      (measured +4 tokens for a 2-line result);
+    - a conversation that ends with a result (each agent step): the template writes the system
+      prompt only into a last user turn, so the server drops it; mistral-common keeps it;
+    - a user turn right after results: the server refuses the template's render (budgeter's GGUF
+      profile sends an empty assistant turn, one </s> more than mistral-common);
+    - Indic scripts, tokenized apart at vowel signs by llama.cpp (the test above)."""
+    from budgeter.core.messages import from_openai_list
+
+    url, gguf, builtin = tekken_served
+
+    def counts(messages, tools=None):
+        m = from_openai_list(messages)
+        wire = sent(gguf, m, tools or ())
+        body, schemas = wire if wire is not None else ([to_openai(x) for x in m], tools)
+        served = llamacpp.chat_prompt_tokens(url, body, schemas or None)
+        assert gguf.count_prompt(m, tools or ()) == served
+        return served, builtin.count_prompt(m, tools or ())
+
+    answered = [_user("Read a.py"), _CALL, _result('{"lines": 3}'), {"role": "assistant", "content": "Done."},
+                _user("Thanks")]
+    for messages, tools in (([_user("Hello 你好 😀"), {"role": "assistant", "content": "Hi!"}, _user("Fix it")], None),
+                            ([_SYSTEM, _user("Hello"), {"role": "assistant", "content": "Hi!"}, _user("Go")], None),
+                            ([_SYSTEM, _user("Read a.py")], _TOOLS), (answered, _TOOLS),
+                            ([_user("Read a.py"), _CALL, _result('{"lines": 3}')], _TOOLS)):
+        served, own = counts(messages, tools)
+        assert served == own, messages
+
+    text = 'def f():\n    return "x"\n'
+    served, own = counts([*answered[:2], _result(text), *answered[3:]], _TOOLS)
+    assert own > served  # the JSON string mistral-common writes, given to the template, counts the same
+    assert counts([*answered[:2], _result(json.dumps(text)), *answered[3:]], _TOOLS)[0] == own
+
+    step = [_SYSTEM, _user("Read a.py"), _CALL, _result('{"lines": 3}')]
+    served, own = counts(step, _TOOLS)
+    assert own > served == counts(step[1:], _TOOLS)[1]  # the server's prompt has no system text
+    assert "You are terse." not in llamacpp.apply_template(url, _nine(step), _TOOLS)
+
+    interrupted = [_user("Read a.py"), _CALL, _result('{"lines": 3}'), _user("Stop.")]
+    for raw, reason in ((answered, "length 9"), (_nine(interrupted), "must alternate")):  # as a client sends them
+        with pytest.raises(llamacpp.ServerError, match=reason):
+            llamacpp.chat_prompt_tokens(url, raw, _TOOLS)
+    served, own = counts(interrupted, _TOOLS)
+    assert served == own + 1  # the </s> of the empty answer budgeter sends

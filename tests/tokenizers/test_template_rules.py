@@ -45,13 +45,40 @@ def test_qwen36_is_additive_on_llama_cpp_and_drops_reasoning_elsewhere(qwen3_pat
     ("Qwen-Qwen3-0.6B.jinja", dict(drops_reasoning=True)),
     ("Qwen3.5-4B.jinja", dict(drops_reasoning=True)),
     ("Qwen-Qwen2.5-7B-Instruct.jinja", dict()),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", dict(nine_char_ids=True, answer_before_user=True)),
 ])
 def test_rules_detected_on_published_templates(tmp_path, filename, expected):
     fmt = JinjaFormat(_template(tmp_path, filename).read_text(), name=filename,
                       variables={"bos_token": "<s>", "eos_token": "</s>"})
     found = detect(fmt)
-    for rule in ("drops_reasoning", "single_call", "reads_date", "thinking_field"):
+    for rule in ("drops_reasoning", "single_call", "reads_date", "thinking_field", "nine_char_ids",
+                 "answer_before_user"):
         assert getattr(found, rule) == expected.get(rule, False), rule
+
+
+def test_mistral_nemo_gets_nine_character_ids_and_an_answer_before_the_user(tmp_path, qwen3_path):
+    """Mistral Nemo's published template raises on call ids that are not 9 alphanumeric characters
+    and on a user turn right after tool results (its alternation check skips calls and results).
+    budgeter counts and sends the ids mapped (the same id to the same one, a call and its result
+    alike) and an empty assistant message there, so calls and results stay in the model's own
+    [TOOL_CALLS]/[TOOL_RESULTS] format instead of falling back to text."""
+    from budgeter.core.counting import sent
+    from budgeter.tokenizers.mistral import mistral_id
+
+    counter = resolve(qwen3_path, chat_format=str(_template(tmp_path, "mistralai-Mistral-Nemo-Instruct-2407.jinja")))
+    notes = _notes(counter)
+    assert "9 alphanumeric" in notes and "empty assistant message" in notes and "<tool_call> text" not in notes
+    messages, tools = session(4, chars=4_000)
+    text = counter.render(messages, tools)
+    ids = {c.id for m in messages for c in m.tool_calls}
+    assert text.count("[TOOL_CALLS]") == sum(1 for m in messages if m.tool_calls)
+    assert text.count("[TOOL_RESULTS]") == sum(1 for m in messages if m.role == "tool")
+    assert all(f'"id": "{mistral_id(i)}"' in text and f'"call_id": "{mistral_id(i)}"' in text for i in ids)
+    body, _ = sent(counter, messages, tools)
+    assert {c["id"] for m in body for c in m.get("tool_calls", ())} == {mistral_id(i) for i in ids}
+    roles = [m["role"] for m in body]
+    assert ("tool", "user") not in set(zip(roles, roles[1:], strict=False))
+    assert {"role": "assistant", "content": ""} in body
 
 
 def test_gpt_oss_counts_every_call_and_the_reasoning_llama_cpp_renders(tmp_path, qwen3_path):
