@@ -1,6 +1,7 @@
-"""A real Redis Cluster of 3 primaries and 3 replicas on free ports, for failover tests: kill a
-primary, stall a replica (SIGSTOP), fail over by hand, and heal (the dead node comes back as a
-replica). ``cluster-node-timeout`` is 1 s, so a dead primary's replica takes over in about 2-3 s."""
+"""A real Redis Cluster of 3 primaries with 1 replica each (or ``replicas`` each) on free ports, for
+failover tests: kill a primary, stall a replica (SIGSTOP), fail over by hand, and heal (the dead
+node comes back as a replica). ``cluster-node-timeout`` is 1 s, so a dead primary's replica takes
+over in about 2-3 s."""
 
 from __future__ import annotations
 
@@ -39,14 +40,17 @@ def _quiet(condition: Callable[[], object]) -> object:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    PRIMARIES = 3
+
+    def __init__(self, *, replicas: int = 1) -> None:
         server = redis_binary()
         cli = shutil.which("redis-cli") or (str(Path(server).with_name("redis-cli")) if server else None)
         if not server or not cli or not Path(cli).exists():
             raise LookupError("needs redis-server and redis-cli")
         self.server, self.cli = server, cli
         self.base = Path(tempfile.mkdtemp(prefix="budgeter-failover-"))
-        self.ports = cluster_ports(6)
+        self.replicas = replicas
+        self.ports = cluster_ports(self.PRIMARIES * (1 + replicas))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -59,7 +63,8 @@ class Cluster:
         for port in self.ports:
             wait_for(lambda p=port: self._ping(p), f"node {port}")
         subprocess.run([self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
-                        "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+                        "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                       check=True, capture_output=True, timeout=60)
         self.wait_healthy()
         return self
 
@@ -84,14 +89,23 @@ class Cluster:
             return n.execute_command("ROLE")[0].decode()
 
     def owner(self, session_id: str, prefix: str = "budgeter") -> tuple[int, int]:
-        """(primary port, replica port) of the slot that holds the session."""
+        """(primary port, replica port) of the slot that holds the session (its first replica)."""
+        primary, replicas = self.shard(session_id, prefix)
+        return primary, replicas[0]
+
+    def shard(self, session_id: str, prefix: str = "budgeter") -> tuple[int, list[int]]:
+        """(primary port, replica ports) of the slot that holds the session."""
         slot = key_slot(f"{prefix}:{{{session_id}}}:meta".encode())
         live = next(p for p in self.ports if self.procs[p].poll() is None and _quiet(lambda p=p: self._ping(p)))
         with self.node(live) as n:
             for low, high, primary, *replicas in n.execute_command("CLUSTER SLOTS"):
                 if low <= slot <= high:
-                    return int(primary[1]), int(replicas[0][1])
+                    return int(primary[1]), [int(r[1]) for r in replicas]
         raise LookupError(slot)
+
+    def promoted(self, replicas: list[int]) -> int | None:
+        """The one of ``replicas`` that is a primary now, if any (one that does not answer is not)."""
+        return next((p for p in replicas if _quiet(lambda p=p: self.role(p) == "master")), None)
 
     def kill(self, port: int) -> None:
         self.procs[port].kill()
@@ -101,7 +115,7 @@ class Cluster:
         os.kill(self.procs[port].pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def wait_healthy(self) -> None:
-        """Every node up, the cluster ok, and every primary with a replica whose link is up."""
+        """Every node up, the cluster ok, and every primary with its replicas' links up."""
         for port, proc in self.procs.items():
             if proc.poll() is not None:
                 self._run(port)  # a killed node rejoins (nodes.conf kept) as a replica
@@ -112,8 +126,9 @@ class Cluster:
                     roles.append(n.execute_command("ROLE"))
                     states.append(n.cluster("INFO")["cluster_state"])
             linked = [r for r in roles if r[0] == b"slave" and r[3] == b"connected"]
-            return states == ["ok"] * len(self.ports) and len(linked) == 3
-        wait_for(healthy, "a healthy cluster (3 primaries, 3 linked replicas)", timeout=90)
+            return states == ["ok"] * len(self.ports) and len(linked) == self.PRIMARIES * self.replicas
+        wait_for(healthy, f"a healthy cluster ({self.PRIMARIES} primaries, "
+                 f"{self.PRIMARIES * self.replicas} linked replicas)", timeout=90)
 
     def stop(self) -> None:
         for proc in self.procs.values():
