@@ -115,18 +115,21 @@ class Cluster:
         os.kill(self.procs[port].pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def wait_healthy(self) -> None:
-        """Every node up, the cluster ok, and every primary with its replicas' links up."""
+        """Every node up, the cluster ok, every primary with its replicas' links up, and every node
+        seeing them all in its slot map (so ``shard`` names every replica, whichever node it asks)."""
         for port, proc in self.procs.items():
             if proc.poll() is not None:
                 self._run(port)  # a killed node rejoins (nodes.conf kept) as a replica
         def healthy() -> bool:
-            roles, states = [], []
+            roles, states, seen = [], [], []
             for port in self.ports:
                 with self.node(port) as n:
                     roles.append(n.execute_command("ROLE"))
                     states.append(n.cluster("INFO")["cluster_state"])
+                    seen += [len(replicas) for _, _, _, *replicas in n.execute_command("CLUSTER SLOTS")]
             linked = [r for r in roles if r[0] == b"slave" and r[3] == b"connected"]
-            return states == ["ok"] * len(self.ports) and len(linked) == self.PRIMARIES * self.replicas
+            return (states == ["ok"] * len(self.ports) and len(linked) == self.PRIMARIES * self.replicas
+                    and set(seen) == {self.replicas})
         wait_for(healthy, f"a healthy cluster ({self.PRIMARIES} primaries, "
                  f"{self.PRIMARIES * self.replicas} linked replicas)", timeout=90)
 
