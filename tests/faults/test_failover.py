@@ -8,7 +8,8 @@ Appends are acknowledged again once the shard has a replica (the dead node, rest
 one): until then none can be replicated, so none is acknowledged.
 With two replicas a primary (deploy/OPERATIONS.md), the shard keeps one after the promotion, and
 the writers, at the client's default retries, must see no error at all, the dead node left dead.
-About 15-25 s a scenario on a loaded 2-core machine; ``-m "not failover"`` leaves them out."""
+About 15-25 s a scenario on a loaded 2-core machine (the two-replica one 37-49 s, starting its own
+nine nodes); ``-m "not failover"`` leaves them out."""
 
 from __future__ import annotations
 
