@@ -106,9 +106,7 @@ class _Intake:
         self.repairs: list[Repair] = []
 
     def clean(self, text: str, field: str, *, call_id: str = "") -> str:
-        if text.isascii() or not _SURROGATE.search(text):  # nearly always: no call to _subn
-            return text
-        out, n = _SURROGATE.subn("\ufffd", text)
+        out, n = _subn(text)
         self.noted(field, n, call_id=call_id)
         return out
 

@@ -101,7 +101,7 @@ class Rules:
 
     @property
     def rewrites(self) -> bool:
-        return self.single_call or self.thinking_field or self.needs_user or self.sent_rewrites
+        return self.thinking_field or self.needs_user or self.sent_rewrites
 
     @property
     def sent_rewrites(self) -> bool:
