@@ -3,7 +3,7 @@
 Nothing here imports grpc, redis, protobuf or transformers (a test checks it).
 """
 
-from budgeter.core.engine import BuildResult, Session, trim
+from budgeter.core.engine import BuildResult, Engine, trim
 from budgeter.core.markers import contains_marker, find_markers
 from budgeter.core.messages import Message, ToolCall, from_openai, to_openai
 from budgeter.core.policy import FileTools, Policy
@@ -13,7 +13,7 @@ __all__ = [
     "FileTools",
     "Message",
     "Policy",
-    "Session",
+    "Engine",
     "ToolCall",
     "contains_marker",
     "find_markers",

@@ -1,7 +1,7 @@
 """The engine: a session that appends history message by message and builds prompts that fit.
 
-``Session.append`` classifies each message and caches its cost (each message is tokenized once).
-``Session.build`` returns the prompt to send now. While the previous plan plus the new messages
+``Engine.append`` classifies each message and caches its cost (each message is tokenized once).
+``Engine.build`` returns the prompt to send now. While the previous plan plus the new messages
 fits the budget, the prompt only extends the previous one (inference servers reuse their KV cache
 for the unchanged prefix). When it does not fit, the compaction steps run on the current plan
 down to the low-water mark, so the following turns append again. ``trim`` is the stateless form.
@@ -50,7 +50,7 @@ class BuildResult:
     payloads: dict[str, str] = field(default_factory=dict)
     """Payloads elided by this build's steps, by handle (the store keeps the new ones)."""
     links: dict[str, Link] = field(default_factory=dict)
-    """Payloads this build made as links to earlier ones (digests; ``Session.payload`` reads one)."""
+    """Payloads this build made as links to earlier ones (digests; ``Engine.payload`` reads one)."""
     notes: tuple[str, ...] = ()
     handles: tuple[str, ...] = ()
     """Every handle that appears in the returned prompt (each resolves to its elided payload)."""
@@ -80,7 +80,7 @@ class BuildResult:
         return [to_openai(m) for m in self.messages]
 
 
-class Session:
+class Engine:
     def __init__(self, counter: PromptCounter, *, policy: Policy | None = None,
                  tools: Sequence[JSONDict] = ()) -> None:
         self.policy = policy or Policy()
@@ -141,6 +141,14 @@ class Session:
         """Declare every snapshot of ``path`` read before history index ``at`` (default: so far)
         stale, as edits were planned against it; the next compaction stubs them."""
         self.superseded[path] = len(self.log) if at is None else at
+
+    def fork(self, policy: Policy) -> Engine:
+        """An engine over this one's history (shared, read only) under another policy: a one-off
+        build that leaves this engine's plan as it was."""
+        other = Engine(self.counter, policy=policy, tools=self.tools)
+        other.log = self.log
+        other.superseded = dict(self.superseded)
+        return other
 
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
@@ -243,6 +251,6 @@ def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence
     """Stateless: compact one request body so it fits ``policy.budget`` by the exact count."""
     if not messages:  # (a server refuses an empty conversation; an empty prompt fits nothing)
         raise InvalidInput("messages must not be empty", field="messages")
-    session = Session(counter, policy=policy, tools=tools)
+    session = Engine(counter, policy=policy, tools=tools)
     session.append(messages)
     return session.build()

@@ -11,7 +11,7 @@ A memo keyed by messages keeps them alive after the session that held them was e
 replica's cache, so each such memo is bounded by the characters of text it holds (or refers to),
 counted as entries go in (a length per insert, no scan), not only by its entries. Every one of
 them takes the same budget, ``budget()`` characters, set once for the process by ``configure``
-(the server derives it from ``live_bytes``: ``service/replica.py``, ``memo_chars``); a memo made
+(the server derives it from ``live_bytes``: ``sessions/replica.py``, ``memo_chars``); a memo made
 after ``configure`` takes the budget then in force, and ``configure`` resizes the ones that exist
 (clearing those over it).
 """

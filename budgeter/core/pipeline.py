@@ -8,7 +8,7 @@ and record every payload they elide in ``ctx.payloads`` under its handle.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -20,7 +20,7 @@ from budgeter.core.incremental import RenderMemo
 from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
 from budgeter.core.rope import Text
-from budgeter.core.typing import CompactionStep, JSONDict, PromptCounter
+from budgeter.core.typing import JSONDict, PromptCounter
 
 
 class Kind(StrEnum):
@@ -150,6 +150,10 @@ class Context:
             total = sum(cost(i.message) for i in view)
             self._summed = (view, total)
         return total
+
+
+# One function of the pipeline.
+CompactionStep = Callable[[View, Context], tuple[View, StepReport]]
 
 
 def run(steps: Sequence[CompactionStep], view: View, ctx: Context) -> tuple[View, list[StepReport]]:

@@ -5,17 +5,15 @@
 - ``ChatFormat``: renders OpenAI-style message dicts (arguments already parsed into objects) to the
   prompt text an inference server would tokenize.
 - ``PromptCounter``: exact token count of a whole prompt, plus a cached per-message cost.
-- ``CompactionStep``: one function of the pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from budgeter.core.messages import Message
-    from budgeter.core.pipeline import Context, StepReport, View
 
 JSONDict = dict[str, Any]
 
@@ -77,5 +75,3 @@ class PromptCounter(Protocol):
         """Learn what ``export_cost`` gave (same profile) without tokenizing."""
         ...
 
-
-CompactionStep = Callable[["View", "Context"], tuple["View", "StepReport"]]

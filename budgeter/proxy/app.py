@@ -47,8 +47,8 @@ from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
 from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
-from budgeter.service.sessions import Sessions
-from budgeter.service.workers import LastIdlePool, start_all
+from budgeter.sessions.sessions import Sessions
+from budgeter.sessions.workers import LastIdlePool, start_all
 from budgeter.settings import Settings
 
 T = TypeVar("T")

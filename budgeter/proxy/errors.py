@@ -71,7 +71,7 @@ def error_response(exc: BaseException) -> JSON:
         field = getattr(exc, "field", "") or None
         headers = {"connection": "close"} if isinstance(exc, RequestTooLarge) else None  # body left unread
         return JSON(body(exc.message, type_=type_, code=exc.reason, param=field), status, headers=headers)
-    from budgeter.service.errors import log_internal
+    from budgeter.sessions.logs import log_internal
 
     log_internal(exc)  # type and stack only: never message bodies
     return JSON(body("internal error", type_="server_error", code="INTERNAL"), 500)

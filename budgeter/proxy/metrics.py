@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from prometheus_client import Counter, Histogram
 
 from budgeter.core.counting import Adaptation
-from budgeter.service.metrics import BUCKETS, Metrics
+from budgeter.sessions.metrics import BUCKETS, Metrics
 
 log = logging.getLogger("budgeter.proxy")
 DELTA_BUCKETS = (-1000, -100, -10, -2, -1, 0, 1, 2, 10, 100, 1000)

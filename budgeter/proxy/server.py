@@ -18,9 +18,9 @@ import uvicorn
 
 from budgeter.errors import BudgeterError
 from budgeter.proxy.app import create_app
-from budgeter.service.cpus import pin
-from budgeter.service.profiles import Profiles, settle
-from budgeter.service.sessions import Limits, Sessions
+from budgeter.sessions.cpus import pin
+from budgeter.sessions.profiles import Profiles, settle
+from budgeter.sessions.sessions import Limits, Sessions
 from budgeter.settings import Settings
 from budgeter.store import open_store
 

@@ -1,7 +1,7 @@
 """The proxy's side of the session layer: reconcile a request with its session, build, append the
 reply, and the stateless fit. Blocking (the store, the tokenizer): the app runs these in threads.
 
-Only ``Sessions``' public operations are used (create, get, live, append, build, count, payload);
+Only ``Sessions``' public operations are used (create, line, append, build, fit, count, payload);
 the reconciliation rule is in ``reconcile.py``.
 """
 
@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from budgeter.core.counting import Adaptation, adaptations
-from budgeter.core.engine import BuildResult, trim
+from budgeter.core.counting import Adaptation
+from budgeter.core.engine import BuildResult
 from budgeter.core.messages import Message, Repair, from_openai_list
-from budgeter.core.policy import policy_from_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
 from budgeter.proxy import reconcile as rc
-from budgeter.service.model import make_etag
-from budgeter.service.sessions import Sessions, check_tools
+from budgeter.sessions.model import make_etag
+from budgeter.sessions.sessions import Line, Sessions, check_tools
 
 log = logging.getLogger("budgeter.proxy")
 
@@ -39,18 +38,6 @@ class Turn:
     stays at the request for the next regenerate (the client's next turn brings the answer it kept)."""
     sent: tuple[list[JSONDict], list[JSONDict]] | None = None
     """The build's request as counted where the template needed a rewrite (``Built.sent``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Line:
-    """A stored session as the reconciliation sees it."""
-
-    id: str
-    history: list[Message]
-    tools: list[JSONDict]
-    incarnation: str
-    stored: int = 0
-    """How many of the request's messages it already holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +87,13 @@ class ProxySessions:
         root = session or rc.derived_id(request.messages, request.tools)
         appended = None
         for _ in range(2):
-            line, regenerate = self._resolve(root, request)
-            suffix = request.messages[line.stored:]
+            line, stored, regenerate = self._resolve(root, request)
+            suffix = request.messages[stored:]
             try:
                 if suffix:
                     appended = self.sessions.append(
-                        line.id, suffix, request_id=rc.request_id(line.id, line.stored, suffix),
-                        etag=make_etag(line.stored, line.incarnation))
+                        line.id, suffix, request_id=rc.request_id(line.id, stored, suffix),
+                        etag=make_etag(stored, line.incarnation))
                 break
             except EtagMismatch:  # another request appended meanwhile: reconcile again
                 continue
@@ -116,16 +103,17 @@ class ProxySessions:
         built = self.sessions.build(line.id, after=appended)
         return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate, built.sent)
 
-    def _resolve(self, root: str, request: Request) -> tuple[_Line, bool]:
-        """The line the request extends, and whether the request was found stored whole on a line
-        on the way (a regenerate, or a retry of a request already answered)."""
+    def _resolve(self, root: str, request: Request) -> tuple[Line, int, bool]:
+        """The line the request extends, how many of the request's messages it already holds, and
+        whether the request was found stored whole on a line on the way (a regenerate, or a retry
+        of a request already answered)."""
         sid, regenerate = root, False
         for _ in range(rc.MAX_FORKS):
             line = self._line(sid, request)
             assert line is not None
-            at = rc.match(line.history, request.messages, same_tools=line.tools == request.tools)
+            at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools)
             if at.extends:
-                return replace(line, stored=at.diverges_at), regenerate
+                return line, at.diverges_at, regenerate
             regenerate = regenerate or at.diverges_at >= len(request.messages)
             sid = self._fork_of(root, sid, request, at)
         raise InvalidInput(f"the request diverges from {rc.MAX_FORKS} stored lines of session {root!r}; "
@@ -141,26 +129,23 @@ class ProxySessions:
         cut = rc.Match(False, at.diverges_at)
         retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
         line = self._line(retried, request, create=False)
-        if line is not None and line.tools == request.tools and rc.match(line.history, request.messages).extends:
+        if line is not None and list(line.tools) == request.tools and rc.match(line.history, request.messages).extends:
             return retried
         return rc.fork_id(root, request.messages, request.tools, at)
 
-    def _line(self, sid: str, request: Request, *, create: bool = True) -> _Line | None:
+    def _line(self, sid: str, request: Request, *, create: bool = True) -> Line | None:
         """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""
         try:
-            live = self.sessions.live(sid)
+            return self.sessions.line(sid)
         except SessionNotFound:
             if not create:
                 return None
             try:
                 info = self.sessions.create(session_id=sid, tokenizer=self.tokenizer, policy=self.policy,
                                             tools=request.tools, ttl=self.ttl)
-                return _Line(sid, [], list(request.tools), info.record.incarnation)
+                return Line(sid, (), tuple(request.tools), info.record.incarnation, 0)
             except AlreadyExists:
-                live = self.sessions.live(sid)
-        with live.lock:
-            return _Line(sid, list(live.engine.history), list(live.info.config.tools),
-                         live.info.record.incarnation)
+                return self.sessions.line(sid)
 
     def append_reply(self, turn: Turn, reply: Message) -> bool:
         """Append the upstream's reply; False when the session moved on meanwhile, or the turn was
@@ -179,10 +164,7 @@ class ProxySessions:
     # -- stateless ---------------------------------------------------------------------------------
 
     def fit(self, request: Request, *, overrides: dict[str, Any] | None = None) -> BuildResult:
-        policy = policy_from_dict({**self.policy, **(overrides or {})})
-        counter = self.sessions.profiles.counter(self.tokenizer)
-        with self.sessions.profiles.lock(self.tokenizer):
-            return trim(request.messages, counter=counter, tools=request.tools, policy=policy)
+        return self.sessions.fit(self.tokenizer, request.messages, request.tools, {**self.policy, **(overrides or {})})
 
     def wire(self, result: BuildResult, tools: Sequence[JSONDict],
              sent: tuple[list[JSONDict], list[JSONDict]] | None = None
@@ -197,7 +179,7 @@ class ProxySessions:
 
     def adaptations(self) -> tuple[Adaptation, ...]:
         """The rewrites the proxy's profile makes for its template (found when it loaded)."""
-        return adaptations(self.sessions.profiles.counter(self.tokenizer))
+        return self.sessions.adaptations(self.tokenizer)
 
     def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
         return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens

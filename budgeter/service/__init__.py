@@ -1,1 +1,1 @@
-"""The gRPC service: ``create_server``/``serve`` over ``Sessions`` (store + engine)."""
+"""The gRPC front door: server, servicer, wire conversion, error table and auth over ``budgeter.sessions``."""

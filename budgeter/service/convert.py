@@ -17,8 +17,8 @@ from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import policy_to_dict
 from budgeter.core.sniff import PathSuggestion
 from budgeter.errors import InvalidInput
-from budgeter.service.model import Built, CallInfo
-from budgeter.service.sessions import AppendResult, CountResult, SessionInfo, external_id
+from budgeter.sessions.model import Built, CallInfo
+from budgeter.sessions.sessions import AppendResult, CountResult, SessionInfo, external_id
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.wire import (  # noqa: F401 - re-exported: the servicer converts through this module
     STATUS_TO_STR,

@@ -8,9 +8,6 @@ stack only (no internals leak to the caller, no message bodies reach the log).
 
 from __future__ import annotations
 
-import logging
-import traceback
-
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -18,10 +15,10 @@ from grpc_status import rpc_status
 
 from budgeter import errors as e
 from budgeter.service.auth import Unauthenticated
+from budgeter.sessions.logs import log_internal
 from budgeter.wire import error_info  # noqa: F401 - re-exported for tests
 
 DOMAIN = "budgeter"
-log = logging.getLogger("budgeter.service")
 
 TABLE: tuple[tuple[type[e.BudgeterError], grpc.StatusCode], ...] = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
@@ -57,14 +54,6 @@ def to_status(exc: BaseException) -> grpc.Status:
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     return rpc_status.to_status(status)
-
-
-def log_internal(exc: BaseException) -> None:
-    """Type and stack only: an exception's message can hold message bodies or arguments, and
-    logs never do."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(frames[-8:]))
-    log.error("internal error %s at %s", type(exc).__name__, where)
 
 
 def _pack(msg: object) -> any_pb2.Any:

@@ -24,12 +24,12 @@ from grpc_reflection.v1alpha import reflection
 
 from budgeter.errors import BudgeterError, InvalidInput, StoreUnavailable
 from budgeter.service.auth import Auth
-from budgeter.service.cpus import pin, span
-from budgeter.service.metrics import Metrics
-from budgeter.service.profiles import Profiles, settle
 from budgeter.service.servicer import BudgeterServicer, handlers
-from budgeter.service.sessions import Limits, Sessions
-from budgeter.service.workers import counting_pool, start_all
+from budgeter.sessions.cpus import pin, span
+from budgeter.sessions.metrics import Metrics
+from budgeter.sessions.profiles import Profiles, settle
+from budgeter.sessions.sessions import Limits, Sessions
+from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
 from budgeter.v1 import budgeter_pb2

@@ -17,9 +17,9 @@ from budgeter.errors import InvalidInput, StoreUnavailable
 from budgeter.service import convert as cv
 from budgeter.service.auth import Auth
 from budgeter.service.errors import code_for, to_status
-from budgeter.service.guards import Guards
-from budgeter.service.metrics import Metrics
-from budgeter.service.sessions import TENANT, AppendResult, Sessions
+from budgeter.sessions.guards import Guards
+from budgeter.sessions.metrics import Metrics
+from budgeter.sessions.sessions import TENANT, AppendResult, Sessions
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from budgeter.service.profiles import Profiles
+from budgeter.sessions.profiles import Profiles
 from tests.bench.bench_service import profile_spec
 
 

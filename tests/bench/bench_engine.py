@@ -13,7 +13,7 @@ import operator
 import statistics
 import time
 
-from budgeter.core import Policy, Session
+from budgeter.core import Engine, Policy
 from budgeter.core.messages import from_openai_list
 from budgeter.tokenizers import resolve
 from tests.bench.bench_service import pct
@@ -33,7 +33,7 @@ def turns(msgs, role=operator.attrgetter("role")):
 
 
 def replay(counter, body, policy):
-    session = Session(counter, policy=policy, tools=body["tools"])
+    session = Engine(counter, policy=policy, tools=body["tools"])
     append_ms, build_ms, chars, extends, util, failed_left = [], [], [], [], [], []
     for turn in turns(from_openai_list(body["messages"])):
         before = getattr(getattr(counter, "pieces", None), "chars_tokenized", 0)

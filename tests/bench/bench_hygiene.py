@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from budgeter.core import Policy, Session
+from budgeter.core import Engine, Policy
 from budgeter.core.markers import find_markers
 from budgeter.core.messages import from_openai_list
 from budgeter.core.steps.failures import STUB_LEAF_CHARS
@@ -72,7 +72,7 @@ def payload_chars(text: str) -> int:
 
 
 def replay(counter: Any, body: dict[str, Any], policy: Policy, check: Any = None) -> dict[str, float]:
-    session = Session(counter, policy=policy, tools=body["tools"])
+    session = Engine(counter, policy=policy, tools=body["tools"])
     log = session.log
     present_sum = history_sum = 0
     shares, extends, reread, appended, kept, shown, checked = [], [], 0, 0, [], [], [0, 0]
@@ -157,7 +157,7 @@ def replay_truth(counter: Any, body: dict[str, Any], policy: Policy) -> dict[str
     - evidence: the failed calls by the evidence budgeter took them on, and how many of each
       really succeeded."""
     truth = body["truth"]
-    session = Session(counter, policy=policy, tools=body["tools"])
+    session = Engine(counter, policy=policy, tools=body["tools"])
     log = session.log
     present_sum = history_sum = reread = appended = 0
     shown_failed: set[str] = set()

@@ -269,7 +269,7 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
 
 
 def growth(points: list[int]) -> None:
-    from budgeter.core import Policy, Session
+    from budgeter.core import Engine, Policy
     from budgeter.core.messages import from_openai_list
     from budgeter.tokenizers import resolve
     from tests.bench.bench_engine import langchain
@@ -278,7 +278,7 @@ def growth(points: list[int]) -> None:
     tok = counter.pieces.tokenizer
     langchain(counter, make_session(0, chars=5_000), Policy(), last=1)  # imports and warm-up
     warm = make_session(1, chars=30_000)  # jsonschema's first import (~75 ms) is not a 10K history's cost
-    warm_session = Session(counter, policy=Policy(), tools=warm["tools"])
+    warm_session = Engine(counter, policy=Policy(), tools=warm["tools"])
     for turn in turns(warm["messages"]):
         warm_session.append(from_openai_list(turn))
         warm_session.build()
@@ -286,7 +286,7 @@ def growth(points: list[int]) -> None:
           "| LangChain exact")
     for chars in points:
         body = make_session(11, chars=chars)
-        session = Session(counter, policy=Policy(), tools=body["tools"])
+        session = Engine(counter, policy=Policy(), tools=body["tools"])
         ours, naive = [], []
         batches = [from_openai_list(turn) for turn in turns(body["messages"])]
         for msgs in batches:  # budgeter's turns in a row, as a replica serves them

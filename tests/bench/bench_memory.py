@@ -16,7 +16,7 @@ cache accounts for (``Replica.used``).
 when the session is evicted and the process-wide memos keyed by its messages are cleared (they
 turn over as other sessions are served); the piece-count caches, bounded on their own and shared
 by every session, are left out. Two sessions give the two figures of
-``service/replica.py``'s ``footprint``: the coding session, and a chat of short messages.
+``sessions/replica.py``'s ``footprint``: the coding session, and a chat of short messages.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def chat(chars: int) -> dict[str, Any]:
 
 
 def sessions_layer(directory: str, live_bytes: int) -> Any:
-    from budgeter.service.profiles import Profiles
-    from budgeter.service.sessions import Limits, Sessions
+    from budgeter.sessions.profiles import Profiles
+    from budgeter.sessions.sessions import Limits, Sessions
     from budgeter.store import open_store
 
     profiles = Profiles({}, default=PROFILE)
@@ -147,7 +147,7 @@ def calibrate(chars: int) -> None:
             gc.collect()
             freed = built - tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
-            from budgeter.service.replica import footprint
+            from budgeter.sessions.replica import footprint
             text = sum(len(m.content) + len(m.reasoning or "") + sum(len(c.name) + len(c.arguments)
                                                                      for c in m.tool_calls)
                        for ms in turns(body["messages"]) for m in ms)

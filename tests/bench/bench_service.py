@@ -38,8 +38,8 @@ from typing import Any
 
 from budgeter.client import Client
 from budgeter.core.messages import Message, from_openai_list
-from budgeter.service.profiles import settle
 from budgeter.service.server import create_server
+from budgeter.sessions.profiles import settle
 from budgeter.settings import Settings
 from tests.bench.sessions import make_session
 from tests.redis_server import RedisServer, redis_binary

@@ -36,8 +36,8 @@ import time
 
 from budgeter.core.messages import from_openai_list
 from budgeter.service import convert
-from budgeter.service.profiles import Profiles, settle
-from budgeter.service.sessions import Sessions
+from budgeter.sessions.profiles import Profiles, settle
+from budgeter.sessions.sessions import Sessions
 from budgeter.store import open_store
 from budgeter.v1 import budgeter_pb2 as pb
 from tests.bench.bench_service import pct, profile_spec, turns

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budgeter.core import Policy, Session
+from budgeter.core import Engine, Policy
 from budgeter.core.chains import Link, assemble, joined, list_handle
 from budgeter.core.jsonargs import dumps
 from budgeter.core.markers import handle_for, handles_in
@@ -43,7 +43,7 @@ def test_a_looping_chain_is_refused():
 
 def test_each_drop_keeps_only_what_it_adds(qwen36):
     body = make_session(7, chars=600_000)
-    session = Session(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
+    session = Engine(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
     shown: dict[str, tuple[int, ...]] = {}
     for turn in turns(body["messages"]):
         session.append(from_openai_list(turn))

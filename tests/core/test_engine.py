@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from budgeter.core import Policy, Session, contains_marker, trim
+from budgeter.core import Engine, Policy, contains_marker, trim
 from budgeter.core.chains import assemble
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import InvalidInput, PinnedOverBudget
@@ -70,7 +70,7 @@ def test_a_compacting_turn_presses_only_the_failure_not_answered_yet(qwen36):
     model has not answered yet keeps its error but loses its arguments, and the step is reported
     under its own name when no failure is pending."""
     msgs, html = _retries(n=1)
-    session = Session(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
+    session = Engine(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
     session.append(msgs)
     session.append(from_openai_list([{"role": "assistant", "content": "", "tool_calls": [
         {"id": "d0", "type": "function", "function": {"name": "write_file", "arguments": json.dumps(
@@ -144,7 +144,7 @@ def test_digest_states_what_was_dropped(qwen36):
 
 def test_stateful_replay_changes_only_the_tail_between_compactions(qwen36):
     body = make_session(5, chars=500_000)
-    session = Session(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
+    session = Engine(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
     builds = compactions = reread = appended = 0
     previous: tuple = ()
     msgs = _msgs(body)
@@ -179,7 +179,7 @@ def test_low_water_leaves_headroom(qwen36):
 
 def test_bad_policy_is_a_clear_error(qwen36):
     with pytest.raises(InvalidInput) as err:
-        Session(qwen36, policy=Policy(window=100, reserve=200))
+        Engine(qwen36, policy=Policy(window=100, reserve=200))
     assert err.value.field == "policy.reserve"
 
 
@@ -225,7 +225,7 @@ def test_tokens_before_is_the_request_as_received_and_tidy_failures_reports_toke
 
 def test_tokens_before_follows_the_history_turn_by_turn(qwen36):
     msgs, _ = _retries(n=3)
-    session = Session(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
+    session = Engine(qwen36, policy=Policy(window=32768, reserve=0), tools=TOOLS)
     for k in range(2, len(msgs) + 1):
         session.append(msgs[k - 1:k] if k > 2 else msgs[:2])
         r = session.build()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from budgeter.core import Policy, Session
+from budgeter.core import Engine, Policy
 from budgeter.core.classify import CallKind, Evidence, text_failed
 from budgeter.core.engine import trim
 from budgeter.core.facts import History
@@ -152,7 +152,7 @@ def test_a_failure_known_by_its_text_alone_is_never_shown_as_failed():
 
 
 def test_the_missions_case_leaves_one_short_stub_naming_its_evidence():
-    s = Session(_counter(), tools=WRITE_TOOLS)
+    s = Engine(_counter(), tools=WRITE_TOOLS)
     s.append(from_openai_list(mission()))
     r = s.build()
     stubs = [m.content for m in r.messages if "budgeter:failed" in m.content]

@@ -6,7 +6,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from budgeter.core import Policy, Session, trim
+from budgeter.core import Engine, Policy, trim
 from budgeter.core.jsonargs import classify_arguments, stand_in
 from budgeter.core.markers import handles_in
 from budgeter.core.messages import from_openai, from_openai_list
@@ -29,7 +29,7 @@ def result(cid, content):
 def replay(counter, raw, policy, tools=TOOLS):
     """Append turn by turn (a turn: one message, or an assistant message with its results) and
     build before every assistant turn; returns the session and every result."""
-    session = Session(counter, policy=policy, tools=tools)
+    session = Engine(counter, policy=policy, tools=tools)
     msgs = from_openai_list(raw)
     out, i = [], 0
     while i < len(msgs):
@@ -153,7 +153,7 @@ def test_stubs_are_never_longer_than_what_they_replace(qwen36):
 
 def test_every_build_reports_every_handle_in_its_prompt(qwen36):
     raw = five_failures()[:9]
-    session = Session(qwen36, policy=Policy(), tools=TOOLS)
+    session = Engine(qwen36, policy=Policy(), tools=TOOLS)
     session.append(from_openai_list(raw))
     first = session.build()
     session.append([from_openai({"role": "user", "content": "and now the footer"})])

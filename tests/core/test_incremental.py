@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budgeter.core.counting import shared_prefix
-from budgeter.core.engine import Session
+from budgeter.core.engine import Engine
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.policy import Policy
 from budgeter.errors import PinnedOverBudget
@@ -50,7 +50,7 @@ def conversations(draw) -> list[list[Message]]:
 
 def _replay(counter, turns: list[list[Message]], window: int) -> None:
     counter.windowed.audit_every = 10**9  # no audit: a wrong window must show here, not be repaired
-    session = Session(counter, policy=Policy(window=window, reserve=256), tools=TOOLS)
+    session = Engine(counter, policy=Policy(window=window, reserve=256), tools=TOOLS)
     previous, serial = "", -1
     for turn in turns:
         session.append(turn)
@@ -105,7 +105,7 @@ def test_most_turns_of_an_agent_session_render_only_a_window(counter):
     from tests.bench.sessions import make_session
 
     body = make_session(2, chars=300_000)
-    session = Session(counter, policy=Policy(), tools=body["tools"])
+    session = Engine(counter, policy=Policy(), tools=body["tools"])
     plain, windowed, previous_plain = 0, 0, False
     for turn in split(body["messages"]):
         before = counter.windowed.windowed
@@ -125,7 +125,7 @@ def test_a_full_render_leaves_finding_its_anchors_to_the_next_build():
     look for the next turn's anchors; the next build finds them, renders a window, and both
     counts are the full render's."""
     counter = resolve("qwen3.6")
-    session = Session(counter, policy=Policy(), tools=TOOLS)
+    session = Engine(counter, policy=Policy(), tools=TOOLS)
 
     def turn(n: int) -> list[Message]:
         call = ToolCall(f"c{n}", "read_file", json.dumps({"path": f"a{n}.py"}))
@@ -174,7 +174,7 @@ def test_a_new_day_renders_whole_and_a_clock_template_never_windows(tiny_bpe_pat
                 "{% endif %}")
     fmt = JinjaFormat(template, name="dated", dynamic={"date_string": lambda: day[0]})
     counter = TemplateCounter(fmt, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="dated")
-    session = Session(counter, policy=Policy(), tools=())
+    session = Engine(counter, policy=Policy(), tools=())
     session.append([Message("system", "s"), Message("user", "u")])  # one user turn: the head stays
 
     def turn(i: int) -> list[Message]:
@@ -208,6 +208,6 @@ def test_the_report_says_when_windows_are_off(tiny_bpe_path):
 
     clock = JinjaFormat("{{ strftime_now('%H') }}{% for m in messages %}{{ m.content }}{% endfor %}", name="clock")
     counter = TemplateCounter(clock, HFTokenizer.from_file(tiny_bpe_path, name="tiny"), name="clock")
-    session = Session(counter, policy=Policy(), tools=())
+    session = Engine(counter, policy=Policy(), tools=())
     session.append([Message("user", "u")])
     assert any("every build whole" in n and "strftime_now" in n for n in session.build().notes)

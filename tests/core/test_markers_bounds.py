@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from budgeter.core import Policy, Session
+from budgeter.core import Engine, Policy
 from budgeter.core.markers import CLOSE, OPEN, handles_in, marker
 from budgeter.core.messages import from_openai_list
 
@@ -31,7 +31,7 @@ def test_the_hardening_issues_drop_repro_builds(qwen36):
                  "required": ["path", "content"]}}},
              {"type": "function", "function": {"name": "read_file", "parameters": {
                  "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
-    session = Session(qwen36, policy=Policy(window=3000, reserve=0), tools=tools)
+    session = Engine(qwen36, policy=Policy(window=3000, reserve=0), tools=tools)
     session.append(from_openai_list(json.loads(REPRO.read_text())))
     r = session.build()
     assert r.tokens <= 3000

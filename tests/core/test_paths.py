@@ -111,7 +111,7 @@ def test_an_empty_required_path_is_named_once():
 
 
 def test_one_rule_for_verdicts_rescued_paths_and_plan_edits():
-    assert sniff.safe_path is safe_path  # (service/guards.py's PlanEdits uses path_problem)
+    assert sniff.safe_path is safe_path  # (sessions/guards.py's PlanEdits uses path_problem)
 
 
 def test_an_unsafe_path_is_no_evidence_that_the_call_failed():

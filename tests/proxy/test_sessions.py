@@ -132,7 +132,7 @@ def test_the_header_names_the_session_and_other_tools_fork(proxy):
 
 
 def test_the_proxy_and_the_grpc_service_share_one_store(proxy):
-    from budgeter.service.sessions import Sessions
+    from budgeter.sessions.sessions import Sessions
 
     proxy.upstream.script(Script(content="a1"))
     _, h = ask(proxy, [SYSTEM, {"role": "user", "content": "u1"}])

@@ -12,5 +12,5 @@ def test_the_client_loads_no_server_module():
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                        check=True).stdout)
     assert "budgeter.client" in loaded
-    assert not [m for m in loaded if m.startswith(("budgeter.service", "budgeter.store", "budgeter.tokenizers",
-                                                   "budgeter.proxy"))]
+    assert not [m for m in loaded if m.startswith(("budgeter.service", "budgeter.sessions", "budgeter.store",
+                                                   "budgeter.tokenizers", "budgeter.proxy"))]

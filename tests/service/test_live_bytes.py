@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from budgeter.client import Client
-from budgeter.service.replica import Replica, footprint
 from budgeter.service.server import create_server
+from budgeter.sessions.replica import Replica, footprint
 from budgeter.store import MemoryStore
 from tests.bench.bench_engine import turns
 from tests.bench.sessions import make_session

@@ -1,6 +1,6 @@
 """The process-wide memos that hold message text stay under their budget of characters while a
 server plays many long sessions (``core/memo.py``), and the budget follows ``live_bytes``
-(``service/replica.py``, ``memo_chars``). Accounting, not RSS: ``tests/bench/bench_memory.py``
+(``sessions/replica.py``, ``memo_chars``). Accounting, not RSS: ``tests/bench/bench_memory.py``
 measures the process."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from budgeter.client import Client
 from budgeter.core import memo
-from budgeter.service.profiles import Profiles
-from budgeter.service.replica import MIN_MEMO_CHARS, Replica, memo_chars
 from budgeter.service.server import create_server
+from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.replica import MIN_MEMO_CHARS, Replica, memo_chars
 from budgeter.store import MemoryStore
 from tests.bench.bench_engine import turns
 from tests.bench.sessions import make_session

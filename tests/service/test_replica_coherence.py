@@ -11,8 +11,8 @@ import redis
 
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import EtagMismatch
-from budgeter.service.profiles import Profiles
-from budgeter.service.sessions import Sessions
+from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.sessions import Sessions
 from budgeter.store.redis import RedisStore
 
 

@@ -11,15 +11,15 @@ import pytest
 
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import EtagMismatch
-from budgeter.service.profiles import Profiles
-from budgeter.service.sessions import Sessions
+from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.sessions import Sessions
 from budgeter.store import open_store
 from tests.service.agent import TOOLS, turns
 
 REPLICA = """
 import json, sys
-from budgeter.service.profiles import Profiles
-from budgeter.service.sessions import Sessions
+from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.sessions import Sessions
 from budgeter.store import open_store
 sessions = Sessions(open_store(sys.argv[1]), Profiles(default="qwen3.6"))
 counter = sessions.profiles.counter("")
@@ -133,8 +133,8 @@ def test_a_retry_of_an_append_an_older_replica_stored_replays(redis_url):
     from budgeter.core.jsonargs import dumps_text
     from budgeter.core.messages import to_openai
     from budgeter.errors import RequestIdReused
-    from budgeter.service.model import StoredMessage
-    from budgeter.service.sessions import fingerprint
+    from budgeter.sessions.model import StoredMessage
+    from budgeter.sessions.sessions import fingerprint
     from budgeter.store.redis import RedisStore
 
     store = RedisStore.from_url(redis_url)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from budgeter.service.profiles import YOUNG
+from budgeter.sessions.profiles import YOUNG
 
 SCRIPT = """
 import gc, sys
-from budgeter.service.profiles import Profiles, settle
+from budgeter.sessions.profiles import Profiles, settle
 profiles = Profiles(default="qwen3.6")
 settle(profiles, ["qwen3.6"])
 print(gc.get_freeze_count(), "jsonschema" in sys.modules, len(gc.get_objects()), gc.get_threshold()[0])

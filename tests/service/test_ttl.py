@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from budgeter.client import ClientError
-from budgeter.service.sessions import MAX_TTL
+from budgeter.sessions.sessions import MAX_TTL
 
 
 @pytest.mark.parametrize("ttl", [MAX_TTL + 1, 250_000 * 365 * 86_400.0])

@@ -14,7 +14,7 @@ import pytest
 
 from budgeter.client import Client
 from budgeter.service.server import create_server
-from budgeter.service.workers import LastIdlePool, start_all
+from budgeter.sessions.workers import LastIdlePool, start_all
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import twin
 from tests.service.conftest import settings

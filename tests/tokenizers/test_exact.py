@@ -674,13 +674,13 @@ def test_mistral_builds_report_the_plan_costs_of_the_messages_they_share_as_reus
     """A counter with no text form reports as reusable (``cache_break_tokens``) the costs of the
     messages a prompt shares with the previous one, summed only past that prompt's end: equal to
     the plain sum on every build, through compactions that change the prompt's start."""
-    from budgeter.core.engine import Session
+    from budgeter.core.engine import Engine
     from budgeter.core.incremental import common_length
     from budgeter.core.policy import Policy
 
     counter = MistralCounter.builtin("tekken_240911.json", name="mistral-tekken")  # not the shared one
     messages, tools, ends = _mistral_turns(seed=7, chars=90_000)
-    session = Session(counter, policy=Policy(window=6_000, reserve=256), tools=tools)
+    session = Engine(counter, policy=Policy(window=6_000, reserve=256), tools=tools)
     previous: tuple[Message, ...] = ()
     shortened = 0
     for before, end in zip([0, *ends[:-1]], ends, strict=True):

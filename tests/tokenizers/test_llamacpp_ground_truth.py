@@ -15,7 +15,7 @@ import json
 import pytest
 
 from budgeter.core.counting import sent
-from budgeter.core.engine import Session, trim
+from budgeter.core.engine import Engine, trim
 from budgeter.core.incremental import MIN_MESSAGES
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import Policy
@@ -123,7 +123,7 @@ def test_turn_by_turn_builds_equal_llama_server(served):
     server's render of it, tokenized by the server."""
     counter, url = served
     messages, tools = session(3, chars=40_000)
-    engine = Session(counter, policy=Policy(window=12_000, reserve=500), tools=tools)
+    engine = Engine(counter, policy=Policy(window=12_000, reserve=500), tools=tools)
     windowed, checked = counter.windowed.windowed, 0
     for turn in turns(messages):
         engine.append(turn)

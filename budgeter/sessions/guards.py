@@ -22,7 +22,7 @@ from budgeter.core.paths import path_problem
 from budgeter.core.sniff import PathSuggestion
 from budgeter.core.typing import JSONDict
 from budgeter.errors import InvalidInput
-from budgeter.service.sessions import Sessions, session_id_of
+from budgeter.sessions.sessions import Sessions, session_id_of
 
 
 class Guards:

@@ -13,12 +13,12 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.counting import Adaptation, adaptations, sent
-from budgeter.core.engine import BuildResult, Session
+from budgeter.core.engine import BuildResult, trim
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
@@ -32,7 +32,7 @@ from budgeter.errors import (
     RequestIdReused,
     SessionNotFound,
 )
-from budgeter.service.model import (
+from budgeter.sessions.model import (
     TENANT,
     Appended,
     AppendResult,
@@ -50,12 +50,24 @@ from budgeter.service.model import (
     scoped,
     session_id_of,
 )
-from budgeter.service.profiles import Profiles
-from budgeter.service.replica import Live, Replica
+from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.replica import Live, Replica
 from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, StaleIncarnation, check_session_id
 
-__all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "SessionConfig", "SessionInfo", "Sessions",
+__all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "Line", "SessionConfig", "SessionInfo", "Sessions",
            "external_id", "session_id_of"]
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A session's stored conversation at one moment (``Sessions.line``)."""
+
+    id: str
+    history: tuple[Message, ...]
+    tools: tuple[JSONDict, ...]
+    incarnation: str
+    version: int
+    """How many messages it holds: with ``incarnation``, what an append's etag names."""
+
 
 MAX_TTL = 3650 * 86_400
 """The longest session TTL, ten years: an expiry past year 9999 has no timestamp to read it back
@@ -238,10 +250,7 @@ class Sessions:
         """A build with per-call policy changes; the session's own plan is left as it was."""
         base = policy_to_dict(live.engine.policy)
         policy = policy_from_dict({**base, **overrides})
-        temp = Session(live.engine.counter, policy=policy, tools=live.engine.tools)
-        temp.log = live.engine.log  # history and its facts are shared, read only
-        temp.superseded = dict(live.engine.superseded)
-        return temp.build()
+        return live.engine.fork(policy).build()
 
     def sent(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict]
              ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
@@ -254,6 +263,18 @@ class Sessions:
         if got is None:
             return [to_openai(m) for m in messages], list(tools), ()
         return got[0], got[1], adaptations(counter)
+
+    def fit(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict], policy: dict[str, Any]
+            ) -> BuildResult:
+        """A stateless build: ``messages`` compacted to fit under ``policy``, nothing stored."""
+        name = self.profiles.name(tokenizer)
+        counter = self.profiles.counter(name)
+        with self.profiles.lock(name):
+            return trim(messages, counter=counter, tools=tools, policy=policy_from_dict(policy))
+
+    def adaptations(self, tokenizer: str) -> tuple[Adaptation, ...]:
+        """The rewrites ``tokenizer``'s profile makes for its template (found when it loaded)."""
+        return adaptations(self.profiles.counter(self.profiles.name(tokenizer)))
 
     def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
               tools: Sequence[JSONDict] = ()) -> CountResult:
@@ -317,6 +338,13 @@ class Sessions:
                                       f"session {sid!r}", metadata={"session": sid, "handle": h}) from None
 
         return assemble(handle, link)
+
+    def line(self, name: str) -> Line:
+        """A frozen snapshot of the session's messages, tools and etag, caught up with the store."""
+        live = self.replica.sync(session_id_of(name))
+        with live.lock:
+            return Line(live.info.id, tuple(live.engine.history), tuple(live.info.config.tools),
+                        live.info.record.incarnation, len(live.engine.history))
 
     def live(self, name: str) -> Live:
         """The session's engine state, caught up with the store (for the guard rails)."""

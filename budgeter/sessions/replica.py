@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from budgeter.core import memo as memos
-from budgeter.core.engine import Session
+from budgeter.core.engine import Engine
 from budgeter.core.facts import Facts
 from budgeter.core.messages import Message, from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
-from budgeter.service.model import SessionInfo, StoredMessage
-from budgeter.service.profiles import Profiles
+from budgeter.sessions.model import SessionInfo, StoredMessage
+from budgeter.sessions.profiles import Profiles
 from budgeter.store.base import SessionRecord, SessionStore, chain
 
 BYTES_PER_CHAR = 8
@@ -69,7 +69,7 @@ def footprint(messages: Sequence[Message]) -> int:
 @dataclass(slots=True)
 class Live:
     info: SessionInfo
-    engine: Session
+    engine: Engine
     version: int = 0
     digest: str = ""
     """The store's digest at ``version`` (``store.base.chain``): names the content, not only its length."""
@@ -152,7 +152,7 @@ class Replica:
         info = SessionInfo.of(record)
         config = info.config
         counter = self.profiles.counter(config.tokenizer)
-        return Live(info, Session(counter, policy=config.policy, tools=config.tools), digest=record.digest)
+        return Live(info, Engine(counter, policy=config.policy, tools=config.tools), digest=record.digest)
 
     def _keep(self, live: Live) -> Live:
         with self._live_lock:
