@@ -12,6 +12,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from budgeter.core.counting import adaptations, sent
+from budgeter.core.policy import LOW_WATER
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Repair, repaired_note
 from budgeter.errors import BudgeterError, InvalidInput
@@ -71,7 +72,7 @@ def trim(
     tokenizer: TokenizerOpt = None,
     window: Annotated[int, typer.Option(help="Context window of the model, in tokens.")] = 32768,
     reserve: Annotated[int, typer.Option(help="Tokens kept free for the reply.")] = 2048,
-    low_water: Annotated[float, typer.Option(help="When over budget, compact to this share of it.")] = 1.0,
+    low_water: Annotated[float, typer.Option(help="When over budget, compact to this share of it.")] = LOW_WATER,
     protect_tail: Annotated[int, typer.Option(help="Latest turns kept as they are.")] = 2,
     chat_format: Annotated[str | None, typer.Option(
         help="Use budgeter's named format (chatml) instead of the model template.")] = None,
@@ -481,7 +482,7 @@ def proxy(
     reserve: Annotated[int | None, typer.Option(
         help="Tokens kept for the reply; sent as max_tokens when a request has none. [default: 2048]")] = None,
     low_water: Annotated[float | None, typer.Option(
-        help="When over budget, compact to this share of it. [default: 0.5]")] = None,
+        help=f"When over budget, compact to this share of it. [default: {LOW_WATER}]")] = None,
     store: Annotated[str | None, typer.Option(help=(
         "memory://, sqlite:///PATH or redis://HOST:PORT/DB; the same store as `budgeter serve` may be "
         "shared. [default: SQLite at DATA_DIR/budgeter.db]"))] = None,
