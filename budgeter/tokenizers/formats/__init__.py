@@ -21,7 +21,7 @@ class JinjaFormat:
 
     def __init__(self, template: str, *, name: str, variables: Mapping[str, Any] | None = None,
                  dynamic: Mapping[str, Callable[[], Any]] | None = None) -> None:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
+        from budgeter.tokenizers.jinja import compile_template as _compile_jinja_template
 
         self.name = name
         self.source = template
