@@ -1,7 +1,7 @@
 """The upstream's reply: passed through byte for byte, with a parsed copy for the history.
 
 ``Tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
-to httpx-sse's parser; events are never re-synthesised. ``Reply`` accumulates what the parsed
+to an event-stream parser (``sse.py``); events are never re-synthesised. ``Reply`` accumulates what the parsed
 copy says (content, reasoning, tool calls by index, finish_reason, usage) into the assistant
 message that is appended to the session.
 """
@@ -14,11 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from httpx_sse import EventSource, ServerSentEvent
-
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
+from budgeter.proxy.sse import ServerSentEvent, SSEParser
 
 log = logging.getLogger("budgeter.proxy")
 
@@ -148,30 +146,19 @@ def parse_data(event: ServerSentEvent) -> Any:
 
 
 class Tee:
-    """Iterate the upstream's raw body chunks; each is given out unchanged, and a copy runs through
-    httpx-sse's parser. ``on_event`` sees each parsed event before the bytes that completed it are
-    given out (so a caller may decide to hold them, see ``recall``)."""
+    """Iterate the upstream's raw body chunks; each is given out unchanged as it arrives, and a copy
+    runs through the event-stream parser. ``on_event`` sees the events a chunk completes before that
+    chunk is given out, and all of them before the iteration ends."""
 
     def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[ServerSentEvent], None]) -> None:
         self.chunks = chunks
         self.on_event = on_event
-        self._pending: list[bytes] = []
-
-    async def _tap(self) -> AsyncIterator[bytes]:
-        async for chunk in self.chunks:
-            self._pending.append(chunk)
-            yield chunk
-
-    def _take(self) -> bytes:
-        out = b"".join(self._pending)
-        self._pending.clear()
-        return out
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        copy = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=self._tap())
-        async for event in EventSource(copy).aiter_sse():
+        parser = SSEParser()
+        async for chunk in self.chunks:
+            for event in parser.feed(chunk):
+                self.on_event(event)
+            yield chunk
+        for event in parser.close():
             self.on_event(event)
-            if self._pending:
-                yield self._take()
-        if self._pending:
-            yield self._take()

@@ -1,0 +1,55 @@
+"""budgeter/proxy/sse.py parses an event stream, however it is cut into chunks, as httpx-sse did
+(the proxy's parser before; httpx-sse stays in the test extra for this comparison)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from budgeter.proxy.sse import SSEParser
+
+PIECES = ["data: ", "data:", "event: delta", "id: 7", "id: a\0b", "retry: 30", "retry: x", ": comment",
+          "{\"a\": 1}", "[DONE]", "é", "\n", "\r", "\r\n", "\n\n", "x"]
+
+
+def ours(chunks: list[bytes]) -> list[tuple[str, str, str, int | None]]:
+    parser = SSEParser()
+    events = [e for chunk in chunks for e in parser.feed(chunk)] + parser.close()
+    return [(e.event, e.data, e.id, e.retry) for e in events]
+
+
+def theirs(chunks: list[bytes]) -> list[tuple[str, str, str, int | None]]:
+    httpx = pytest.importorskip("httpx")
+    httpx_sse = pytest.importorskip("httpx_sse")
+
+    async def stream():  # type: ignore[no-untyped-def]
+        for chunk in chunks:
+            yield chunk
+
+    async def run() -> list[tuple[str, str, str, int | None]]:
+        response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+        return [(e.event, e.data, e.id, e.retry) async for e in httpx_sse.EventSource(response).aiter_sse()]
+
+    return asyncio.run(run())
+
+
+def cut(body: bytes, points: list[int]) -> list[bytes]:
+    edges = sorted({0, len(body), *(p % (len(body) + 1) for p in points)})
+    return [body[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=30), st.lists(st.integers(0, 10_000), max_size=8))
+def test_same_events_as_httpx_sse(pieces, points):
+    chunks = cut("".join(pieces).encode(), points)
+    assert ours(chunks) == theirs(chunks)
+
+
+def test_an_openai_stream():
+    body = (b'data: {"choices":[{"index":0,"delta":{"content":"h\xc3\xa9"}}]}\n\n'
+            b': keep-alive\r\n\r\ndata: {"choices":[]}\r\n\r\ndata: [DONE]\n\n')
+    chunks = [body[i:i + 5] for i in range(0, len(body), 5)]  # splits the two bytes of é
+    assert [d for _, d, _, _ in ours(chunks)] == ['{"choices":[{"index":0,"delta":{"content":"hé"}}]}',
+                                                    '{"choices":[]}', "[DONE]"]
