@@ -12,10 +12,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from budgeter.core.counting import adaptations, sent
-from budgeter.core.policy import LOW_WATER
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Repair, repaired_note
-from budgeter.errors import BudgeterError, InvalidInput
+from budgeter.core.policy import LOW_WATER
+from budgeter.errors import BudgeterError, InvalidInput, MissingExtra
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact, failure-aware context-window management for LLM agents.")
@@ -522,7 +522,12 @@ def proxy(
                 **settings.chat_formats, settings.default_tokenizer: chat_format}})
     except (ValidationError, ValueError, OSError) as exc:
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
-    from budgeter.proxy.server import serve as run
+    try:
+        from budgeter.proxy.server import serve as run
+    except ImportError as exc:
+        if not MissingExtra.explains(exc, "proxy"):
+            raise
+        fail(MissingExtra.reason, MissingExtra("budgeter proxy", "proxy").message)
 
     try:
         run(settings, log_level=log_level.lower())

@@ -20,8 +20,9 @@ The gRPC layer maps these classes to status codes in one table; the CLI prints
     ├── StoreUnavailable           UNAVAILABLE        (Redis down, SQLite locked too long)
     ├── PinnedOverBudget           FAILED_PRECONDITION (pinned content alone exceeds the budget)
     ├── TemplateError              FAILED_PRECONDITION (the chat template cannot render the input)
-    └── TokenizerLoadError         FAILED_PRECONDITION (a tokenizer spec exists but cannot be loaded)
-        └── NoChatTemplate         reason NO_CHAT_TEMPLATE (the tokenizer ships none and none was named)
+    ├── TokenizerLoadError         FAILED_PRECONDITION (a tokenizer spec exists but cannot be loaded)
+    │   └── NoChatTemplate         reason NO_CHAT_TEMPLATE (the tokenizer ships none and none was named)
+    └── MissingExtra               FAILED_PRECONDITION reason MISSING_EXTRA (metadata names the extra)
 """
 
 from __future__ import annotations
@@ -116,3 +117,20 @@ class QuotaExceeded(BudgeterError):
 
 class StoreUnavailable(BudgeterError):
     reason = "STORE_UNAVAILABLE"
+
+
+class MissingExtra(BudgeterError):
+    """A part that comes with an extra not installed here (``pip install 'budgeter[EXTRA]'``)."""
+
+    reason = "MISSING_EXTRA"
+    MODULES = {"proxy": ("starlette", "uvicorn", "httptools", "aiohttp"), "redis": ("redis", "hiredis"),
+               "gguf": ("gguf", "transformers"), "mistral": ("mistral_common",)}
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(f"{what} needs the {extra} extra: pip install 'budgeter[{extra}]'",
+                         metadata={"extra": extra})
+
+    @classmethod
+    def explains(cls, exc: ImportError, extra: str) -> bool:
+        """Whether ``exc`` is the import of one of the extra's own packages failing."""
+        return (exc.name or "").partition(".")[0] in cls.MODULES[extra]

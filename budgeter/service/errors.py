@@ -31,6 +31,7 @@ TABLE: tuple[tuple[type[e.BudgeterError], grpc.StatusCode], ...] = (
     (e.PinnedOverBudget, grpc.StatusCode.FAILED_PRECONDITION),
     (e.TemplateError, grpc.StatusCode.FAILED_PRECONDITION),
     (e.TokenizerLoadError, grpc.StatusCode.FAILED_PRECONDITION),
+    (e.MissingExtra, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from budgeter.errors import InvalidInput
+from budgeter.errors import InvalidInput, MissingExtra
 from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, StaleIncarnation
 from budgeter.store.memory import MemoryStore
 
@@ -21,7 +21,12 @@ def open_store(url: str, **kw: Any) -> SessionStore:
     if url in ("memory", "memory://"):
         return MemoryStore(**kw)
     if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://")):
-        from budgeter.store.redis import RedisStore
+        try:
+            from budgeter.store.redis import RedisStore
+        except ImportError as exc:
+            if not MissingExtra.explains(exc, "redis"):
+                raise
+            raise MissingExtra(f"the store {url.partition('://')[0]}://", "redis") from exc
 
         return RedisStore.from_url(url, **kw)
     if url.startswith("sqlite://"):

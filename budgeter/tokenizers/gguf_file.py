@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from budgeter.errors import TokenizerLoadError
+from budgeter.errors import MissingExtra, TokenizerLoadError
 
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -47,8 +47,12 @@ def gguf_value(reader: Any, key: str) -> Any:
 
 def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
     """(tokenizers.Tokenizer, chat template or None, special-token variables)."""
-    from gguf import GGUFReader
-
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        if not MissingExtra.explains(exc, "gguf"):
+            raise
+        raise MissingExtra("a .gguf tokenizer", "gguf") from exc
     try:
         reader = GGUFReader(str(path))
     except Exception as exc:
@@ -73,10 +77,15 @@ def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
 
 
 def _transformers_builder(reader: Any, path: Path) -> Any:
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
-        GGUF_TOKENIZER_MAPPING,
-        convert_gguf_tokenizer,
-    )
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+            GGUF_TOKENIZER_MAPPING,
+            convert_gguf_tokenizer,
+        )
+    except ImportError as exc:
+        if not MissingExtra.explains(exc, "gguf"):
+            raise
+        raise MissingExtra(f"{path.name} (a non-BPE GGUF tokenizer)", "gguf") from exc
 
     fields = {name: gguf_value(reader, f"tokenizer.{key}") for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()}
     fields = {k: v for k, v in fields.items() if v is not None}

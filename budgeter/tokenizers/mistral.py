@@ -36,7 +36,7 @@ from budgeter.core.counting import Adaptation, later_system
 from budgeter.core.memo import CharMemo, IdentityMemo, Walks
 from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
-from budgeter.errors import TemplateError
+from budgeter.errors import MissingExtra, TemplateError
 from budgeter.tokenizers.twin import ranked_twin
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -545,7 +545,12 @@ class MistralCounter:
 
     @classmethod
     def builtin(cls, filename: str, *, name: str) -> MistralCounter:
-        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+        try:
+            from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+        except ImportError as exc:
+            if not MissingExtra.explains(exc, "mistral"):
+                raise
+            raise MissingExtra(f"the {name} tokenizer", "mistral") from exc
 
         path = resources.files("mistral_common") / "data" / filename
         return cls(MistralTokenizer.from_file(str(path)), name=name)

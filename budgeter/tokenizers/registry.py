@@ -26,7 +26,7 @@ from typing import Any
 from budgeter.core.counting import TemplateCounter
 from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
-from budgeter.errors import InvalidTokenizerSpec, NoChatTemplate, TokenizerLoadError, UnknownTokenizer
+from budgeter.errors import InvalidTokenizerSpec, MissingExtra, NoChatTemplate, TokenizerLoadError, UnknownTokenizer
 from budgeter.tokenizers import ollama, rules, servers
 from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, promoted_ranks, tiktoken_file
 from budgeter.tokenizers.formats import (
@@ -163,7 +163,7 @@ def _load(spec: str, opts: Options) -> PromptCounter:
             metadata={"available": ",".join(BUILTINS)})
     try:
         return _from_path(path, opts)
-    except (InvalidTokenizerSpec, TokenizerLoadError):
+    except (InvalidTokenizerSpec, TokenizerLoadError, MissingExtra):
         raise
     except Exception as exc:
         raise TokenizerLoadError(f"cannot load tokenizer {spec}: {exc}", metadata={"path": spec}) from exc
