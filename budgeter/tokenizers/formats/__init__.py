@@ -385,6 +385,7 @@ TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
              "gemma3": "Gemma 3 published chat template"}
 
 
+@functools.cache  # read once: budgeter serve reads them all at start-up (budgeter/preload.py)
 def template_text(name: str) -> str:
     """A published chat template carried with budgeter (``budgeter/tokenizers/templates``,
     attribution in its NOTICE.md)."""
