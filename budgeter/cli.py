@@ -458,10 +458,8 @@ def serve(
         fail("INVALID_SETTINGS", str(exc).replace("\n", " "))
     if settings.grpc_experiments and "GRPC_EXPERIMENTS" not in os.environ and "grpc" not in sys.modules:
         os.environ["GRPC_EXPERIMENTS"] = settings.grpc_experiments  # read once, by the import below
-    from budgeter.preload import preload
     from budgeter.service.server import serve as run
 
-    preload()  # a later pip install over this package cannot break the running server
     try:
         run(settings)
     except BudgeterError as exc:

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from budgeter.errors import BudgeterError, InvalidInput, StoreUnavailable
+from budgeter.preload import preload
 from budgeter.service.auth import Auth
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.sessions.cpus import pin, span
@@ -306,6 +307,7 @@ def serve(settings: Settings) -> None:
     # before the warm-up: a SIGTERM meanwhile stops the server gracefully once it is done
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    preload()  # all it may import: a pip install over the package cannot break the running server
     settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
     server.start_workers()
     log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
