@@ -1,6 +1,6 @@
 """Which stored session a chat-completions request belongs to, and what it adds.
 
-The rule (README, "Sessions behind the proxy"):
+The rule (README, "The proxy in detail"):
 
 - The session is named by the ``X-Budgeter-Session`` header; without one its id is derived from
   the request's tools and its messages up to the first user message (``px-<hash>``), so the same

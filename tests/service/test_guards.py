@@ -91,17 +91,13 @@ def test_plan_edits_in_a_session_supersedes_the_snapshot(client):
     assert fetched["ok"] and fetched["text"] == "first\n" + FILE.split("\n", 1)[1]
 
 
-def test_readme_executor_recipe(client):
-    """The README's executor recipe, run as written against a real server."""
-    import json
-    import re
+def test_executor_recipe(client):
+    """examples/executor.py, the recipe the README points to, run as written against a real server."""
+    import runpy
     from pathlib import Path
 
-    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
-    code = re.search(r"```python\n(def run_calls.*?)```", readme, re.S).group(1)
-    scope: dict = {"json": json}
-    exec(code, scope)  # noqa: S102 - the documented recipe itself
-    run_calls = scope["run_calls"]
+    example = Path(__file__).resolve().parents[2] / "examples" / "executor.py"
+    run_calls = runpy.run_path(str(example))["run_calls"]
     written: dict[str, str] = {}
 
     def execute(name, args):
