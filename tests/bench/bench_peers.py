@@ -457,7 +457,7 @@ def _interleave(sides: dict[int, GrpcSide], bodies: dict[int, dict[str, Any]], k
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="one 60K session, 5 turns; growth 100K vs 300K")
+    ap.add_argument("--quick", action="store_true", help="one 300K session, 5 turns; growth 100K vs 300K")
     ap.add_argument("--chars", type=int, nargs="+", default=None)
     ap.add_argument("--turns", type=int, default=None, help="measured turns per session (the last ones)")
     ap.add_argument("--growth", type=int, nargs="*", default=None, help="history sizes; none: no growth table")
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-litellm", action="store_true")
     a = ap.parse_args(argv)
-    a.chars = a.chars or ([60_000] if a.quick else [60_000, 300_000, 900_000])
+    a.chars = a.chars or ([300_000] if a.quick else [60_000, 300_000, 900_000])
     a.turns = a.turns or (5 if a.quick else 20)
     if a.growth is None:
         a.growth = [100_000, 300_000] if a.quick else [100_000, 1_000_000, 2_000_000]
