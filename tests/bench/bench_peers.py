@@ -307,6 +307,15 @@ class Tally:
         self.ms: list[float] = []
         self.fit = self.pairs = self.n = 0
         self.use: list[float] = []
+        self.medians: list[float] = []
+        """p50 ms of each session's measured turns."""
+        self.fits: list[tuple[int, int]] = []
+        """(prompts that fit, turns) of each session."""
+
+    def close(self, ms: list[float]) -> None:
+        done = sum(n for _, n in self.fits)
+        self.medians.append(statistics.median(ms))
+        self.fits.append((self.fit - sum(f for f, _ in self.fits), self.n - done))
 
     def judge(self, tok: Any, out: Dicts | None, tools: Dicts, budget: int) -> int | None:
         """Records a prompt's fit, pairs and use; its exact count (None when there is none)."""
@@ -336,6 +345,7 @@ def measure(peers: list[Peer], grpc: GrpcSide | None, bodies: list[dict[str, Any
             grpc.run(body, before, measured)
             for out in grpc.prompts[start:]:
                 remote.judge(tok, out, body["tools"], budget)
+            remote.close(grpc.ms[start:])
         history = [m for t in before for m in t]
         for p in peers:
             p.catch_up(body, list(history))
@@ -349,6 +359,8 @@ def measure(peers: list[Peer], grpc: GrpcSide | None, bodies: list[dict[str, Any
                 if isinstance(p, EnginePeer):
                     exact[0] += n == result.tokens
                     exact[1] += 1
+        for p in peers:
+            tallies[p.name].close(tallies[p.name].ms[-len(measured):])
     remote.ms = grpc.ms if grpc is not None else []
     return tallies, remote, (exact[0], exact[1])
 
@@ -405,6 +417,17 @@ def peers_table(a: argparse.Namespace, folder: Path, tok: Any, policy: Policy) -
               f"{grpc.cpu / max(1, len(remote.ms)) * 1000:.2f} ms"))
     for p in peers[1:]:
         print(row(p.name, tallies[p.name], base))
+    print("\nPer session: p50 ms per turn, its ratio to budgeter's engine on the same session's turns, and the "
+          "prompts that fit by the exact count.\n")
+    print("| peer | " + " | ".join(f"{c:,} chars" for c in a.chars) + " |")
+    print("|---|" + "---|" * len(a.chars))
+    engine = tallies[peers[0].name].medians
+    named = [(peers[0].name, tallies[peers[0].name]), ("budgeter gRPC", remote),
+             *((p.name, tallies[p.name]) for p in peers[1:])]
+    for name, t in named:
+        cells = (f"{m:.2f} ms ({m / e:.1f}x), fit {f}/{n}"
+                 for m, e, (f, n) in zip(t.medians, engine, t.fits, strict=True))
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nbudgeter's reported count equalled the exact count on {exact[0]} of {exact[1]} prompts.")
     for reason in skipped:
         print(reason)
@@ -475,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(a.tokenizer))
-    print("    python -m tests.bench.bench_peers " + " ".join(argv))
+    print(" ".join(["    python -m tests.bench.bench_peers", *argv]))
     print(f"\nMachine: {os.cpu_count()} cores, shared with other work; sum(range(10**7)) in {gauge():.3f} s before "
           "the run. Ratios come from the same run, turns interleaved; absolute times are this machine's.\n")
     peers_table(a, a.tokenizer, tok, Policy(window=a.window))

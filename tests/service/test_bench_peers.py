@@ -45,5 +45,6 @@ def test_quick_run_prints_every_peer_and_budgeter_fits_with_pairs() -> None:
     exact = re.search(r"budgeter's reported count equalled the exact count on (\d+) of (\d+) prompts", out)
     assert exact is not None and exact[1] == exact[2] == "3", out
     assert "llama.cpp: skipped (--no-llamacpp)" in out
+    assert re.search(r"^\| budgeter gRPC \| [\d.]+ ms \([\d.]+x\), fit 3/3 \|$", out, re.M), out
     growth = re.findall(r"^\| (memory|sqlite) \| ([\d,]+) \| \d+ \| [\d.]+ ms \| [\d.]+ \| [\d.]+x \|$", out, re.M)
     assert growth == [("memory", "20,000"), ("memory", "40,000"), ("sqlite", "20,000"), ("sqlite", "40,000")], out
