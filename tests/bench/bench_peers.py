@@ -3,7 +3,10 @@
     python -m tests.bench.bench_peers [--quick] [--chars 60000 300000 900000] [--turns 20]
                                       [--growth 100000 1000000 2000000] [--no-llamacpp] [--no-litellm]
 
-Each session is worded by the held-out tool families (``tests.bench.worded``, ``corpus.HELD_OUT``).
+Each session is worded by the held-out tool families (``tests.bench.worded``, ``corpus.HELD_OUT``);
+they hold no tool call cut mid-arguments, so no peer errs on them. ``--synthetic`` takes
+``tests.bench.sessions`` ones instead, which do (``finish_reason=length``): LangChain cannot convert
+such a message and llama.cpp refuses to render it.
 Its last ``--turns`` agent turns are measured; the turns before are replayed untimed so that every
 stateful peer holds the history it would hold by then. Per turn, in the same process and
 interleaved turn by turn (the machine's speed drifts; ratios are what compare):
@@ -28,7 +31,9 @@ the budget counted exactly (the tokenizer folder's own template + tokenizer, too
 arguments parsed into objects as vLLM and llama.cpp do before rendering);
 **pairs**: prompts where every tool result follows its call and every call has its result; **use**:
 the median share of the budget the prompt fills (a peer that keeps almost nothing fits easily);
-**errors**: turns where the peer raised or refused (counted as not fitting).
+**errors**: for LangChain, the session's messages ``convert_to_messages`` refused (left out of its
+history); for the drop-oldest loops, measured turns where a count raised; for LiteLLM, turns where it
+raised (no prompt: not fitting).
 
 Growth with history through the real server: whole-process CPU per turn over the last turns of
 sessions of each ``--growth`` size, memory and SQLite stores, one server process per (store, size),
@@ -57,6 +62,7 @@ from tests.bench.bench_engine import _to_openai
 from tests.bench.bench_load import cpu_seconds, gauge
 from tests.bench.bench_service import SHARED, pct, turns
 from tests.bench.corpus import HELD_OUT
+from tests.bench.sessions import make_session
 from tests.bench.worded import worded_session
 from tests.service.procs import ServerProcess
 
@@ -64,9 +70,10 @@ Dicts = list[dict[str, Any]]
 LITELLM_MODEL = "hosted_vllm/Qwen/Qwen3-8B"  # how a vLLM-served Qwen is named to LiteLLM
 
 
-def session(seed: int, chars: int) -> dict[str, Any]:
-    """A held-out session without its closing "Done." (every prompt then asks for a reply)."""
-    body = worded_session(HELD_OUT, seed, chars=chars)
+def session(seed: int, chars: int, *, synthetic: bool = False) -> dict[str, Any]:
+    """A held-out session without its closing "Done." (every prompt then asks for a reply); with
+    ``synthetic``, a ``tests.bench.sessions`` one (it holds tool calls cut mid-arguments)."""
+    body = make_session(seed, chars=chars) if synthetic else worded_session(HELD_OUT, seed, chars=chars)
     msgs = body["messages"]
     if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
         msgs = msgs[:-1]
@@ -183,21 +190,22 @@ class LangChainPeer(Peer):
 
     def catch_up(self, body: dict[str, Any], history: Dicts) -> None:
         self.held: list[Any] = []
-        self.add(history)
+        self.errors += self.add(history)
 
-    def add(self, msgs: Dicts) -> bool:
+    def add(self, msgs: Dicts) -> int:
+        """Converts and holds ``msgs``; how many LangChain refused (cut tool-call arguments)."""
         from langchain_core.messages import convert_to_messages
 
-        ok = True
+        refused = 0
         for m in msgs:
             try:
                 self.held += convert_to_messages([m])
-            except Exception:  # cut tool-call arguments: LangChain cannot hold the message
-                ok = False
-        return ok
+            except Exception:
+                refused += 1
+        return refused
 
     def turn(self, history: Dicts, new: Dicts) -> Any:
-        self.errors += not self.add(new)  # conversion happens as messages arrive: untimed
+        self.errors += self.add(new)  # conversion happens as messages arrive: untimed
         return self._trim()
 
     def _trim(self) -> Any:
@@ -377,9 +385,10 @@ def row(name: str, t: Tally, base: float, cpu: str = "-") -> str:
 def peers_table(a: argparse.Namespace, folder: Path, tok: Any, policy: Policy) -> None:
     counter = resolve(str(folder))
     budget = policy.budget
-    bodies = [session(seed, chars) for seed, chars in enumerate(a.chars)]
+    bodies = [session(seed, chars, synthetic=a.synthetic) for seed, chars in enumerate(a.chars)]
     sizes = ", ".join(f"{len(b['messages'])} messages" for b in bodies)
-    print(f"Sessions: {len(bodies)} held-out ({', '.join(f'{c:,}' for c in a.chars)} chars; {sizes}); the last "
+    kind = "synthetic" if a.synthetic else "held-out"
+    print(f"Sessions: {len(bodies)} {kind} ({', '.join(f'{c:,}' for c in a.chars)} chars; {sizes}); the last "
           f"{a.turns} agent turns of each measured; window {a.window}, budget {budget}; tokenizer {folder.name}.\n")
     peers: list[Peer] = [EnginePeer(counter, policy),
                          DropOldest("transformers apply_chat_template + tokenizer, drop oldest",
@@ -487,6 +496,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--growth-turns", type=int, default=None)
     ap.add_argument("--window", type=int, default=32768)
     ap.add_argument("--tokenizer", type=Path, default=SHARED / "qwen3", help="a model folder (tokenizer.json)")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="tests.bench.sessions sessions (with cut tool-call arguments) instead of the held-out ones")
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-litellm", action="store_true")
     a = ap.parse_args(argv)
