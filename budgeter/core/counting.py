@@ -25,7 +25,6 @@ from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
 from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
 from budgeter.core.messages import Message, Repair, repaired_note, to_template
-from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
 LOOKAHEAD = 256
@@ -55,19 +54,14 @@ def repaired(repairs: Sequence[Repair]) -> tuple[Adaptation, ...]:
     return (Adaptation("lone_surrogates", repaired_note(repairs)),) if repairs else ()
 
 
-def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:
+def _last_end(special: re.Pattern[str], text: str, lo: int, chars: int) -> int:
     """The end of the last special token found from ``lo`` that ends at or before ``chars``
-    (-1: none). A rope is scanned in a slice of it (the pattern has no anchors or lookarounds,
-    so a match in ``text[lo:hi]`` is the match at the same place in ``text`` from ``lo`` to ``hi``)."""
-    hi = min(len(text), chars + LOOKAHEAD)
-    offset = 0
-    if not isinstance(text, str):
-        text, offset, lo, hi = text[lo:hi], lo, 0, hi - lo
+    (-1: none)."""
     end = -1
-    for match in special.finditer(text, lo, hi):
-        if match.end() + offset > chars:
+    for match in special.finditer(text, lo, min(len(text), chars + LOOKAHEAD)):
+        if match.end() > chars:
             break
-        end = match.end() + offset
+        end = match.end()
     return end
 
 
@@ -157,7 +151,7 @@ class PieceCounter:
             segments.chars += len(segment)
         return n
 
-    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
+    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
         a server must read again when the text changes there). ``mark``: a piece start at or
         before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
@@ -170,7 +164,7 @@ class PieceCounter:
         if chars >= len(text):
             return 0
         if self._special is None:
-            return self.count(text[:])
+            return self.count(text)
         if mark is not None and 0 <= mark[0] <= chars:
             begin, tokens = mark
             start = self.piece_start(text, chars, known=begin)
@@ -182,7 +176,7 @@ class PieceCounter:
             return total - self.count(text[:start])
         return self.count(text[start:])
 
-    def piece_start(self, text: Text, chars: int, known: int = -1) -> int:
+    def piece_start(self, text: str, chars: int, known: int = -1) -> int:
         """Where the piece that holds position ``chars`` starts: the end of the last special token
         that ends at or before it (0 when none does). ``known``: a piece start at or before
         ``chars``; the scan runs from there, where it finds the tokens the split of the whole
@@ -203,7 +197,7 @@ class PieceCounter:
                 return end
         return 0
 
-    def _aligned(self, text: Text, lo: int, chars: int) -> int:
+    def _aligned(self, text: str, lo: int, chars: int) -> int:
         """Where to start scanning for the last special token that ends at or before ``chars``:
         the last delimiter that does, from ``lo`` on (the split of the whole text matches every
         delimiter, so the scan finds the same tokens from there), else ``lo``. Gemma 3's scans
@@ -212,11 +206,7 @@ class PieceCounter:
         delimiter = self.delimiter
         if not delimiter or chars - lo < 256:
             return lo
-        if isinstance(text, str):
-            at = text.rfind(delimiter, lo, chars)
-        else:
-            at = text[lo:chars].rfind(delimiter)
-            at = at + lo if at >= 0 else -1
+        at = text.rfind(delimiter, lo, chars)
         return at if at >= 0 else lo
 
     def ordinary(self, text: str) -> list[str]:
@@ -505,7 +495,7 @@ class TemplateCounter:
         return self.pieces.count(self.render(messages, tools))
 
     def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                       memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
+                       memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
         """The exact count and the text counted. With a session's ``memo``, a prompt that extends
         the previous one renders only its tail (``core/incremental.py``). A prefill of the last
         message renders whole."""
@@ -525,7 +515,7 @@ class TemplateCounter:
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
                                   self.pieces.piece_start, stamp=tuple(f() for f in self._dated))
 
-    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
+    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
         return self.pieces.tokens_after(text, chars, mark=mark, total=total)
 
     def count_text(self, text: str) -> int:
@@ -636,7 +626,7 @@ def _wire(d: Mapping[str, Any]) -> JSONDict:
 
 
 def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                   memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
+                   memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
     """``count_prompt`` plus the text it counted; '' for counters whose encoding has no text form
     (mistral-common encodes the request itself). ``memo``: the session's previous render."""
     fn = getattr(counter, "count_rendered", None)
@@ -645,7 +635,7 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: Text, b: Text, *, known: int = 0) -> int:
+def shared_prefix(a: str, b: str, *, known: int = 0) -> int:
     """Length of the longest common prefix of two strings (binary search over C-level compares).
     ``known``: a length both are known to share; only what follows it is compared (copied)."""
     hi = min(len(a), len(b))

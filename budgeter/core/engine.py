@@ -23,7 +23,6 @@ from budgeter.core.memo import CharMemo, same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
-from budgeter.core.rope import Text
 from budgeter.core.steps import ALWAYS, COMPACT
 from budgeter.core.typing import JSONDict, PromptCounter
 from budgeter.errors import InvalidInput, PayloadNotFound
@@ -97,7 +96,7 @@ class Engine:
         self._plan: View = ()
         self._planned = 0
         self._last: tuple[Message, ...] = ()
-        self._last_text: Text = ""
+        self._last_text: str = ""
         self._last_render = -1
         """The render number (``RenderMemo.builds``) that made ``_last_text``; -1: not the memo's."""
         self._last_handles: tuple[str, ...] = ()

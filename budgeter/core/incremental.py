@@ -32,9 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core import rope
-from budgeter.core.rope import Text
-
 log = logging.getLogger("budgeter.counting")
 
 MIN_MESSAGES = 8
@@ -52,7 +49,7 @@ the list stays short in a long session that never compacts."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
-PieceStart = Callable[[Text, int, int], int]
+PieceStart = Callable[[str, int, int], int]
 """(text, position, a piece start at or before it or -1) -> where the piece holding the position
 starts (``PieceCounter.piece_start``)."""
 Mark = tuple[int, int]
@@ -70,8 +67,7 @@ class RenderMemo:
     message grew with history)."""
     dicts: Dicts = field(default_factory=list)
     tools: Sequence[Mapping[str, Any]] = ()
-    text: Text = ""
-    """The previous render's text: a ``str`` after a full render, a ``Rope`` after a windowed one."""
+    text: str = ""
     total: int = 0
     anchors: dict[int, int] = field(default_factory=dict)
     builds: int = 0
@@ -92,7 +88,7 @@ class RenderMemo:
     """A full render's anchors are still to be found: by the next build that looks for them, not
     by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
 
-    def shared_with(self, serial: int, text: Text) -> tuple[int, Mark | None]:
+    def shared_with(self, serial: int, text: str) -> tuple[int, Mark | None]:
         """A length ``text`` is known to share with render ``serial``'s text (0 when unknown), and
         ``text``'s mark (None when it has none)."""
         if serial == self.replaced and text is self.text:
@@ -192,7 +188,7 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
 
 def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
            render_fn: Render, count: Callable[[str], int], start: PieceStart, *,
-           stamp: tuple[Any, ...] = ()) -> tuple[int, Text]:
+           stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
     """The exact count and text of ``dicts`` rendered with the generation prompt. ``stamp``: the
     values of the template's date variables now (a new day renders whole: the date sits in the
     text before any window)."""
@@ -223,7 +219,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
 
 
 def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]], text: str,
-          total: int, *, stamp: tuple[Any, ...] = ()) -> tuple[int, Text]:
+          total: int, *, stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
     """Keep a render made whole without a generation prompt (a prefill of the last message) as the
     session's previous render: no anchor is taken from it (none ends where a generation prompt
     would start), so the next build renders whole too and finds anchors again."""
@@ -239,7 +235,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
-              ) -> tuple[int, Text, dict[int, int], int, Mark] | None:
+              ) -> tuple[int, str, dict[int, int], int, Mark] | None:
     if memo.tools is not tools and memo.tools != tools:
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
@@ -264,7 +260,7 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     gen = state.gen_suffix(render_fn, head)
     if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
         return None
-    text = rope.cut(memo.text, memo.anchors[at], whole)  # copies the window's piece, not the prompt
+    text = memo.text[:memo.anchors[at]] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
     known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
     begin = start(memo.text, same, known)  # the same piece start in both texts
