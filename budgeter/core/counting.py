@@ -66,24 +66,20 @@ def _last_end(special: re.Pattern[str], text: str, lo: int, chars: int) -> int:
 
 
 class PieceCounter:
-    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000,
-                 max_segment_chars: int = 16 << 20) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000) -> None:
         self.tokenizer = tokenizer
         pattern = tokenizer.special_pattern()
         self._split = re.compile(f"({pattern})").split if pattern else None
         self._special = re.compile(pattern) if pattern else None
-        self._cache: CharMemo[str, int] = CharMemo()
-        """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``), its
-        oldest half dropped when full (``chars``: the pieces' characters)."""
-        self._max = max_pieces
+        self._cache: CharMemo[str, int] = CharMemo(max_pieces)
+        """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``)."""
         self.chars_tokenized = 0
         self.pieces_tokenized = 0
         self.delimiter = ""
         """A special token that no other one overlaps (``delimit``): texts are cut at it first, and
         the counts of the segments between are cached (``count``). Empty: none chosen."""
         self._segments: CharMemo[str, int] = CharMemo()
-        """Segment -> count, bounded by the budget and by ``max_segment_chars``, whichever is less."""
-        self._max_segment_chars = max_segment_chars
+        """Segment -> count, bounded by the budget."""
 
     def delimit(self, sample: str) -> str:
         """Choose the delimiter: of the special tokens in ``sample`` (a template's render of a short
@@ -143,12 +139,8 @@ class PieceCounter:
         a single large text, such as a ``CountTokens`` of a file, would push out every window's
         segments and stay over the bound)."""
         segments = self._segments
-        room = min(self._max_segment_chars, segments.limit_chars)
-        if segment not in segments and len(segment) <= room // 4:
-            if segments.chars + len(segment) > room:
-                _drop_oldest(segments, room - len(segment))
-            segments[segment] = n
-            segments.chars += len(segment)
+        if segment not in segments and len(segment) <= segments.limit_chars // 4:
+            segments.put(segment, n, len(segment))
         return n
 
     def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
@@ -248,32 +240,14 @@ class PieceCounter:
         pieces = self.ordinary(text)
         if len(pieces) != len(counts):
             return False
-        cache = self._cache
         for piece, n in zip(pieces, counts, strict=True):
-            if piece not in cache:
-                cache[piece] = int(n)
-                cache.chars += len(piece)
-        self._trim()
+            if piece not in self._cache:
+                self._cache.put(piece, int(n), len(piece))
         return True
 
-    def _trim(self) -> None:
-        """Where the piece cache is over its bounds (entries or characters), drop its oldest half,
-        then more of the oldest while its characters are over (the pieces just learnt are the
-        newest: they stay, for the next count of a text that extends this one)."""
-        cache = self._cache
-        if len(cache) > self._max or cache.chars > cache.limit_chars:
-            for key in list(cache)[: len(cache) // 2]:
-                cache.chars -= len(key)
-                del cache[key]
-            _drop_oldest(cache, cache.limit_chars)
-
     def _pieces(self, pieces: Sequence[str]) -> int:
-        """The summed counts of ``pieces``; after it, every one of them is in the cache (unless the
-        cache dropped it to stay in its bounds: ``_trim``). When all
-        are cached (most pieces of a render), the sum is one pass in C (``map`` over the dict's
-        ``__getitem__``), 2.6x as fast as the Python loops on 3,000 pieces: per one-call turn,
-        Gemma 3's summing went from ~80 to ~60 us (its windows hold ~175 pieces, its whole prompts
-        ~1,750), qwen3.6's from ~20 to ~18 us."""
+        """The summed counts of ``pieces``: one pass in C (``map`` over the dict's ``__getitem__``)
+        when all are cached, the common case, which bench_service's per-profile turns time."""
         cache = self._cache
         try:
             return sum(map(cache.__getitem__, filter(None, pieces)))
@@ -282,36 +256,20 @@ class PieceCounter:
         return sum(self._learnt(pieces))
 
     def _learnt(self, pieces: Sequence[str]) -> list[int]:
-        """The counts of the non-empty ``pieces``, those not cached tokenized now; the cache is
-        trimmed after they are read."""
+        """The counts of the non-empty ``pieces``, those not cached tokenized now (and kept)."""
         cache = self._cache
-        self._learn(list({p for p in pieces if p and p not in cache}))
-        counts = list(map(cache.__getitem__, filter(None, pieces)))
-        self._trim()
-        return counts
+        known = [cache.get(p) for p in pieces if p]  # (read first: keeping the new may clear the cache)
+        learnt = self._learn(list({p for p in pieces if p and p not in cache}))
+        return [n if n is not None else learnt[p] for p, n in zip(filter(None, pieces), known, strict=True)]
 
-    def _learn(self, texts: list[str]) -> None:
+    def _learn(self, texts: list[str]) -> dict[str, int]:
         encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
-        chars = sum(map(len, texts))
-        for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
-            self._cache[text] = n
-        self._cache.chars += chars
-        self.chars_tokenized += chars
+        counts = dict(zip(texts, self.tokenizer.count_batch(encodable), strict=True))
+        for text, n in counts.items():
+            self._cache.put(text, n, len(text))
+        self.chars_tokenized += sum(map(len, texts))
         self.pieces_tokenized += len(texts)
-
-
-def _drop_oldest(memo: CharMemo[str, int], room: int) -> None:
-    """Drop ``memo``'s oldest entries (keyed by text) until its characters fit ``room``."""
-    over = memo.chars - max(room, 0)
-    drop = []
-    for key in memo:  # (one pass: deleting from a dict's front one at a time rescans what went)
-        if over <= 0:
-            break
-        drop.append(key)
-        over -= len(key)
-    for key in drop:
-        memo.chars -= len(key)
-        del memo[key]
+        return counts
 
 
 def _isolated(token: str, specials: Sequence[str]) -> bool:

@@ -14,8 +14,8 @@ TEXTS = ["alpha beta<|im_end|>gamma", "alpha beta<|im_end|>delta<|im_start|>epsi
 
 def test_a_full_cache_never_loses_the_pieces_being_counted(tiny_bpe_path):
     """With room for three pieces, counting a text whose first pieces are cached and whose last
-    are not evicts half the cache first: the count still covers every piece (it used to evict the
-    text's own cached pieces after finding what was missing, then fail to look them up)."""
+    are not clears the cache on the way: the count still covers every piece (the cached ones are
+    read before the new ones are kept)."""
     tok = HFTokenizer.from_file(tiny_bpe_path, name="tiny")
     small, reference = PieceCounter(tok, max_pieces=3), PieceCounter(tok)
     for _ in range(3):
@@ -23,7 +23,7 @@ def test_a_full_cache_never_loses_the_pieces_being_counted(tiny_bpe_path):
             assert small.count(text) == reference.count(text)
     for text in TEXTS:
         assert small.counted(text) == (reference.count(text), reference.piece_counts(text))
-    assert len(small._cache) <= 3 + max(len(small.ordinary(t)) for t in TEXTS)
+    assert len(small._cache) <= 3
 
 
 def test_counted_is_count_and_piece_counts(tiny_bpe_path):
@@ -116,7 +116,7 @@ def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
     as its whole split counts, and its pieces' counts are the same: also beside whitespace-absorbing
     tokens and newline tokens."""
     tok = _with_tokens(tiny_bpe_path, "<x>", "\n", "\n\n", lstrip=("<x>",))
-    whole, cut = PieceCounter(tok), PieceCounter(tok, max_segment_chars=40)
+    whole, cut = PieceCounter(tok), _small(tok)
     assert cut.delimit("<|im_start|>a<|im_end|><|im_start|>b") == "<|im_start|>"
     text = "".join(parts)
     fresh = PieceCounter(tok)
@@ -138,14 +138,20 @@ def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bp
         assert counter.piece_start(text, chars) == counter.piece_start(text, chars, known=0) == expected
 
 
+def _small(tok, chars=40):
+    """A counter whose segment memo holds ``chars`` characters."""
+    counter = PieceCounter(tok)
+    counter._segments.limit_chars = chars
+    return counter
+
+
 def test_the_segment_counts_kept_stay_within_their_room(tiny_bpe_path):
-    """Many short segments kept first and long ones after: dropping the oldest half does not make
-    room for the next long one, so older ones go until it fits; a segment longer than a quarter of
-    the room is counted and not kept."""
-    counter = PieceCounter(HFTokenizer.from_file(tiny_bpe_path, name="tiny"), max_segment_chars=40)
+    """Segments are kept until the next would take the memo over its room, which is then cleared;
+    a segment longer than a quarter of the room is counted and not kept."""
+    counter = _small(HFTokenizer.from_file(tiny_bpe_path, name="tiny"))
     assert counter.delimit("<|im_start|>a<|im_start|>b") == "<|im_start|>"
     texts = [*"bcdefg", "h" * 9, "i" * 9, "j" * 9, "k" * 7, "l" * 10, "m" * 11]
     for text in texts:
         assert counter.count(text) == PieceCounter(counter.tokenizer).count(text)
         assert counter._segments.chars == sum(map(len, counter._segments)) <= 40
-    assert list(counter._segments) == ["i" * 9, "j" * 9, "k" * 7, "l" * 10]
+    assert list(counter._segments) == ["l" * 10]  # cleared for it; "m" * 11 is over a quarter

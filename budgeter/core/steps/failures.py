@@ -175,8 +175,7 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     run, whether it was answered or resolved) and of the two items, so most builds only look up
     the failures they collapsed before."""
     log = ctx.log
-    memo = log.memo.setdefault("tidy_failures", {})
-    latest = log.memo.setdefault("tidy_failures_latest", {})  # per failed call: its last lookup
+    memo, latest = log.collapsed, log.collapsed_latest
     answered = log.answered(f.ref)
     # pressure changes only a failure kept verbatim (not answered yet): for the others a compacting
     # build finds the collapse the build before it made, instead of making it again
@@ -191,9 +190,7 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
         key = (state, call_item, result_item)
         hit = memo.get(key)
         if hit is None:
-            if len(memo) > 20_000:
-                memo.clear()
-            hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
+            hit = memo.put(key, _collapse(call_item, result_item, f, ctx, pressed=pressed))
         latest[f.ref] = (state, call_item, result_item, hit)
     ctx.payloads.update(hit[3])
     changed = (hit[0] is not call_item and hit[0] != call_item) or (hit[1] is not result_item and hit[1] != result_item)
