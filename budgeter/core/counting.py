@@ -21,7 +21,6 @@ from typing import Any
 
 from budgeter.core import incremental
 from budgeter.core.frames import Frames
-from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
 from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
 from budgeter.core.messages import Message, Repair, repaired_note, to_template
@@ -143,44 +142,29 @@ class PieceCounter:
             segments.put(segment, n, len(segment))
         return n
 
-    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
+    def tokens_after(self, text: str, chars: int, *, total: int | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
-        a server must read again when the text changes there). ``mark``: a piece start at or
-        before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
-        ``RenderMemo``); only the text between the mark and ``chars`` is scanned, and the tokens
-        before the piece are taken off the mark's count, or the suffix is split where it is the
-        shorter. ``total``: the tokens of the whole ``text``; the prefix before the piece is split
-        instead of the suffix where it is the shorter (a prompt compacted near its start: a Gemma
-        3 build that compacted spent ~1.6 ms of ~6.7 splitting the rest of it). Otherwise the
-        suffix is split; its pieces are cached from counting ``text``."""
+        a server must read again when the text changes there). ``total``: the tokens of the whole
+        ``text``; the prefix before the piece is split instead of the suffix where it is the
+        shorter (a prompt compacted near its start, timed by bench_service's Gemma 3 turns)."""
         if chars >= len(text):
             return 0
         if self._special is None:
             return self.count(text)
-        if mark is not None and 0 <= mark[0] <= chars:
-            begin, tokens = mark
-            start = self.piece_start(text, chars, known=begin)
-            if start - begin > len(text) - start:  # the suffix is the shorter text to split
-                return self.count(text[start:])
-            return tokens - self.count(text[begin:start]) if start > begin else tokens
         start = self.piece_start(text, chars)
         if total is not None and start < len(text) - start:
             return total - self.count(text[:start])
         return self.count(text[start:])
 
-    def piece_start(self, text: str, chars: int, known: int = -1) -> int:
+    def piece_start(self, text: str, chars: int) -> int:
         """Where the piece that holds position ``chars`` starts: the end of the last special token
-        that ends at or before it (0 when none does). ``known``: a piece start at or before
-        ``chars``; the scan runs from there, where it finds the tokens the split of the whole
-        text finds. Without it, windows of 8K characters before ``chars`` are scanned. Tokens are
-        matched in the text as it goes on after ``chars`` (up to ``LOOKAHEAD`` characters), not
-        in the text cut there, where a shorter token (one newline of two) could seem to end at
-        ``chars``."""
+        that ends at or before it (0 when none does), found scanning windows of 8K characters
+        before ``chars``. Tokens are matched in the text as it goes on after ``chars`` (up to
+        ``LOOKAHEAD`` characters), not in the text cut there, where a shorter token (one newline
+        of two) could seem to end at ``chars``."""
         special = self._special
         if special is None:
             return 0
-        if known >= 0:
-            return max(known, _last_end(special, text, self._aligned(text, known, chars), chars))
         lo = chars
         while lo > 0:
             lo = max(0, lo - 8192)
@@ -473,8 +457,8 @@ class TemplateCounter:
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
                                   self.pieces.piece_start, stamp=tuple(f() for f in self._dated))
 
-    def tokens_after(self, text: str, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
-        return self.pieces.tokens_after(text, chars, mark=mark, total=total)
+    def tokens_after(self, text: str, chars: int, *, total: int | None = None) -> int:
+        return self.pieces.tokens_after(text, chars, total=total)
 
     def count_text(self, text: str) -> int:
         return self.pieces.count(text)
@@ -593,11 +577,9 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: str, b: str, *, known: int = 0) -> int:
-    """Length of the longest common prefix of two strings (binary search over C-level compares).
-    ``known``: a length both are known to share; only what follows it is compared (copied)."""
-    hi = min(len(a), len(b))
-    lo = min(known, hi)
+def shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (binary search over C-level compares)."""
+    lo, hi = 0, min(len(a), len(b))
     if a[lo:hi] == b[lo:hi]:
         return hi
     while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]

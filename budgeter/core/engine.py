@@ -97,8 +97,6 @@ class Engine:
         self._planned = 0
         self._last: tuple[Message, ...] = ()
         self._last_text: str = ""
-        self._last_render = -1
-        """The render number (``RenderMemo.builds``) that made ``_last_text``; -1: not the memo's."""
         self._last_handles: tuple[str, ...] = ()
         self._last_sums: list[int] = [0]
         """For a counter with no text form: ``_last_sums[i]``, the plan costs of ``_last[:i]``."""
@@ -194,7 +192,6 @@ class Engine:
         reuse = self._reusable_tokens(messages, same, ctx)
         handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
         self._last, self._last_text, self._last_handles = messages, ctx.text, handles
-        self._last_render = self._memo.builds if ctx.text is self._memo.text else -1
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
@@ -207,9 +204,8 @@ class Engine:
             if not self._last:
                 return 0
             if self._last_text:
-                known, mark = self._memo.shared_with(self._last_render, ctx.text)
-                changed = shared_prefix(self._last_text, ctx.text, known=known)
-                return ctx.total - after(ctx.text, changed, mark=mark, total=ctx.total)
+                changed = shared_prefix(self._last_text, ctx.text)
+                return ctx.total - after(ctx.text, changed, total=ctx.total)
         # no text form: the plan costs of the shared messages, summed only past the previous prompt
         sums = self._last_sums[:same + 1] if len(self._last_sums) == len(self._last) + 1 else [0]
         total = sums[-1]

@@ -49,11 +49,8 @@ the list stays short in a long session that never compacts."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
-PieceStart = Callable[[str, int, int], int]
-"""(text, position, a piece start at or before it or -1) -> where the piece holding the position
-starts (``PieceCounter.piece_start``)."""
-Mark = tuple[int, int]
-"""A piece start in a text and the tokens of the text from there."""
+PieceStart = Callable[[str, int], int]
+"""(text, position) -> where the piece holding the position starts (``PieceCounter.piece_start``)."""
 
 
 @dataclass
@@ -76,24 +73,9 @@ class RenderMemo:
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
-    agreed: int = 0
-    replaced: int = -1
-    """How many leading characters ``text`` shares by construction with the text of render number
-    ``replaced`` (``builds`` counts renders): a windowed render keeps the text up to its overlap's
-    end; 0 after a full render."""
-    mark: Mark | None = None
-    """After a windowed render: the start of the piece that holds position ``agreed`` in ``text``
-    and the tokens of ``text`` from there (the next build scans from it, not back from a guess)."""
     pending: bool = False
     """A full render's anchors are still to be found: by the next build that looks for them, not
     by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
-
-    def shared_with(self, serial: int, text: str) -> tuple[int, Mark | None]:
-        """A length ``text`` is known to share with render ``serial``'s text (0 when unknown), and
-        ``text``'s mark (None when it has none)."""
-        if serial == self.replaced and text is self.text:
-            return self.agreed, self.mark
-        return 0, None
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -199,7 +181,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.builds += 1
     if got is not None:
         state.windowed += 1
-        total, text, anchors, agreed, mark = got
+        total, text, anchors = got
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
             if full != text or count(full) != total:
@@ -210,8 +192,6 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         state.full += 1
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
-    memo.replaced, memo.agreed = memo.builds - 1, agreed if got is not None else 0
-    memo.mark = mark if got is not None else None
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
     memo.pending = got is None and worth
@@ -227,7 +207,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
         memo.head_text = None
     memo.builds += 1
     state.full += 1
-    memo.replaced, memo.agreed, memo.mark, memo.pending = memo.builds - 1, 0, None, False
+    memo.pending = False
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
     memo.stamp = stamp
     return total, text
@@ -235,7 +215,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
-              ) -> tuple[int, str, dict[int, int], int, Mark] | None:
+              ) -> tuple[int, str, dict[int, int]] | None:
     if memo.tools is not tools and memo.tools != tools:
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
@@ -262,20 +242,10 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
         return None
     text = memo.text[:memo.anchors[at]] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
-    known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
-    begin = start(memo.text, same, known)  # the same piece start in both texts
-    tail = count(text[begin:])
-    total = memo.total - _tokens_from(memo, begin, known, count) + tail
+    begin = start(memo.text, same)  # the same piece start in both texts
+    total = memo.total - count(memo.text[begin:]) + count(text[begin:])
     anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
-    return total, text, anchors, same, (begin, tail)
+    return total, text, anchors
 
-
-def _tokens_from(memo: RenderMemo, begin: int, known: int, count: Callable[[str], int]) -> int:
-    """Tokens of ``memo.text`` from ``begin``, a piece start found scanning from ``known``: the
-    mark's own count where ``begin`` is the mark's piece start (a third of the windowed renders),
-    else counted (its pieces are cached)."""
-    if memo.mark is not None and begin == known == memo.mark[0]:
-        return memo.mark[1]
-    return count(memo.text[begin:])

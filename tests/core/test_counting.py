@@ -35,11 +35,10 @@ def test_counted_is_count_and_piece_counts(tiny_bpe_path):
         assert total == sum(counts) + text.count("<|im_end|>") + text.count("<|im_start|>")
 
 
-@given(st.text(alphabet="ab上", max_size=30), st.text(alphabet="ab上", max_size=30), st.integers(0, 40))
-def test_shared_prefix_from_a_known_length_equals_a_plain_comparison(a, b, known):
+@given(st.text(alphabet="ab上", max_size=30), st.text(alphabet="ab上", max_size=30))
+def test_shared_prefix_is_a_plain_comparison(a, b):
     plain = shared_prefix(a, b)
     assert a[:plain] == b[:plain] and (plain == min(len(a), len(b)) or a[plain] != b[plain])
-    assert shared_prefix(a, b, known=min(known, plain)) == plain
 
 
 def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
@@ -58,10 +57,10 @@ def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
                                  "x" * 100]), max_size=40),
        st.booleans(), st.data())
 def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, parts, delimited, data):
-    """Where a piece starts, from a guess or from a known piece start, is where the split of the
-    whole text says: also where a position falls between the two newlines of one ``\\n\\n`` token
-    (cut there, the text would end with a one-newline token), and with a delimiter, where the scan
-    starts at the last one before the position; a mark gives the same count."""
+    """Where a piece starts is where the split of the whole text says: also where a position falls
+    between the two newlines of one ``\\n\\n`` token (cut there, the text would end with a
+    one-newline token), and with a delimiter, where the scan starts at the last one before the
+    position."""
     from tokenizers import AddedToken, Tokenizer
 
     hf = Tokenizer.from_file(tiny_bpe_path)
@@ -73,11 +72,9 @@ def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, part
     chars = data.draw(st.integers(0, len(text)))
     start = _reference_start(counter, text, chars)
     assert counter.piece_start(text, chars) == start
-    known = data.draw(st.sampled_from(sorted({0, *(_reference_start(counter, text, p) for p in range(chars + 1))})))
-    assert counter.piece_start(text, chars, known=known) == start
     after = counter.count(text[start:]) if chars < len(text) else 0
     assert counter.tokens_after(text, chars) == after
-    assert counter.tokens_after(text, chars, mark=(known, counter.count(text[known:]))) == after
+    assert counter.tokens_after(text, chars, total=counter.count(text)) == after
 
 
 def _with_tokens(path: str, *tokens: str, lstrip: tuple[str, ...] = ()) -> HFTokenizer:
@@ -135,7 +132,7 @@ def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bp
     text = "a<|im_end|>" + "x" * 300 + "<|im_start|>b"
     for chars in range(len(text) - 10, len(text)):
         expected = _reference_start(counter, text, chars)
-        assert counter.piece_start(text, chars) == counter.piece_start(text, chars, known=0) == expected
+        assert counter.piece_start(text, chars) == expected
 
 
 def _small(tok, chars=40):
