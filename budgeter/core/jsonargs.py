@@ -137,27 +137,8 @@ def dumps_text(value: Any, **kw: Any) -> str:
 
 
 def dumps(value: Any) -> str:
-    """Canonical serialization: compact, UTF-8 (no \\u escapes but for lone surrogates). Through
-    orjson where the value holds no float (its text is then the standard library's, byte for
-    byte; floats it may write in another form of the same number): ~1 against ~5 us a call's
-    arguments. What orjson refuses (a lone surrogate, an integer past 64 bits, a key that is not
-    a string) goes through the standard library."""
-    if orjson is not None and not _holds_float(value):
-        try:
-            return orjson.dumps(value).decode()
-        except TypeError:
-            pass
+    """Canonical serialization: compact, UTF-8 (no \\u escapes but for lone surrogates)."""
     return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-def _holds_float(value: Any) -> bool:
-    return _any_leaf(value, _not_plain)
-
-
-def _not_plain(x: Any) -> bool:
-    """A float, or a type whose text only the standard library decides."""
-    kind = type(x)
-    return kind is not str and kind is not int and kind is not bool and x is not None
 
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
