@@ -446,15 +446,3 @@ class RedisStore:
             conn.disconnect()
         self.client.close()
 
-
-def wait_until_up(store: RedisStore, *, timeout: float = 5.0) -> None:
-    """Poll until Redis answers (used at start-up and by tests)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            store.ping()
-            return
-        except StoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
