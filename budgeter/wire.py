@@ -59,7 +59,7 @@ class _Memo:
 
     def text(self, m: Message) -> str:
         out = self.json.get(m)
-        if out is None:  # orjson: ~1 against ~7 us a message
+        if out is None:
             out = self.json.put(m, dumps_compact(to_openai(m)), m.size)
         return out
 

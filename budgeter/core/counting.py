@@ -108,8 +108,8 @@ class PieceCounter:
         """Tokens of ``text``. With a delimiter, the text is cut at it (a C-level search for one
         literal) and each segment's count is looked up, so that text counted before (a window's
         messages, already counted alone; a whole render's history) is hashed, not split again by
-        the special-token pattern: Gemma 3's 6,384 added tokens, 31 of them newline runs, make
-        that split ~7 ns a character, against ~0.5 to cut and hash. Exact: the delimiter is a
+        the special-token pattern (slow where a vocabulary adds thousands of tokens, as Gemma 3's;
+        ``bench_service --profiles gemma3``). Exact: the delimiter is a
         special token that no other one overlaps, so the split of the whole text matches it at
         each of its occurrences and no match crosses one; the count of the text is then the
         segments' counts plus one per delimiter."""
@@ -176,9 +176,7 @@ class PieceCounter:
     def _aligned(self, text: str, lo: int, chars: int) -> int:
         """Where to start scanning for the last special token that ends at or before ``chars``:
         the last delimiter that does, from ``lo`` on (the split of the whole text matches every
-        delimiter, so the scan finds the same tokens from there), else ``lo``. Gemma 3's scans
-        (a match a line, each a step of a Python loop) went from ~4,400 to ~2,250 characters a
-        turn."""
+        delimiter, so the scan finds the same tokens from there), else ``lo``."""
         delimiter = self.delimiter
         if not delimiter or chars - lo < 256:
             return lo
@@ -376,7 +374,7 @@ class TemplateCounter:
             return None
         caps = getattr(self.adapter, "caps", None)
         if for_server is None and caps is not None and caps.system_only and not later_system(messages):
-            return None  # (the default profile's case: an O(n) walk in Python per build was ~0.35 ms at 400 messages)
+            return None  # (the default profile's case: no walk over the messages in Python)
         given = [self._template_dict(m) for m in messages]
         dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
         ruled = for_server(dicts) if for_server is not None else None

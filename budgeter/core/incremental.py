@@ -35,14 +35,12 @@ from typing import Any
 log = logging.getLogger("budgeter.counting")
 
 MIN_MESSAGES = 8
-"""Shorter conversations render whole: a window and its checks would cost about as much. At 16,
-Callgrind counted 4.5% more instructions for qwen3.6 turns of 60K-char sessions (as ``bench_load``
-replays them), 2.2% for llama3, 9% for gemma3; 4, 6 and 10 messages counted within 0.7% of 8."""
+"""Shorter conversations render whole: a window and its checks would cost about as much
+(``bench_load``'s turns per profile chose 8)."""
 ANCHORS_AFTER_FULL = 2
 """Anchors found and checked after a full render: with one, a next build that changes the last
-turn (a failure there answered and collapsed) had no start before it and rendered whole again;
-with two, 1M-char sessions rendered whole 86 times instead of 110 (of ~715 builds), 300K-char
-ones 42 instead of 46, at one more tail render after each full render."""
+turn (a failure there answered and collapsed) has no start before it and renders whole again
+(``bench_engine`` counts the whole renders)."""
 KEEP = 64
 """Anchors kept at or before a window's start (a change some turns back still finds one), so that
 the list stays short in a long session that never compacts."""
