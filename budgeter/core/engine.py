@@ -98,8 +98,6 @@ class Engine:
         self._last: tuple[Message, ...] = ()
         self._last_text: str = ""
         self._last_handles: tuple[str, ...] = ()
-        self._last_sums: list[int] = [0]
-        """For a counter with no text form: ``_last_sums[i]``, the plan costs of ``_last[:i]``."""
         self.builds = 0
         self._memo = RenderMemo()
         self._settled = False
@@ -200,21 +198,12 @@ class Engine:
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         after = getattr(self.counter, "tokens_after", None)
         if ctx.text and after is not None:
-            self._last_sums = []  # (kept only while the counter has no text form)
             if not self._last:
                 return 0
             if self._last_text:
                 changed = shared_prefix(self._last_text, ctx.text)
                 return ctx.total - after(ctx.text, changed, total=ctx.total)
-        # no text form: the plan costs of the shared messages, summed only past the previous prompt
-        sums = self._last_sums[:same + 1] if len(self._last_sums) == len(self._last) + 1 else [0]
-        total = sums[-1]
-        cost = self.counter.message_cost
-        for m in messages[len(sums) - 1:]:
-            total += cost(m)
-            sums.append(total)
-        self._last_sums = sums
-        return sums[same]
+        return sum(map(self.counter.message_cost, messages[:same]))  # no text form: the plan costs
 
 
 def _message(item: Item) -> Message:
