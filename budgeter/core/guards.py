@@ -19,7 +19,6 @@ from typing import Any
 from budgeter.core.classify import CallKind, FileOp, call_kind, file_op
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
-from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import ToolCall
 from budgeter.core.paths import path_leaves, path_problem
 from budgeter.core.policy import Policy
@@ -119,7 +118,7 @@ def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:
     return None
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=1024)
 def _validator(schema_text: str) -> Any:
     """A checked validator per distinct schema (checking a schema costs more than using it);
     a string when the schema itself is invalid."""
@@ -134,15 +133,10 @@ def _validator(schema_text: str) -> Any:
     return Draft202012Validator(schema)
 
 
-_SCHEMAS = IdentityMemo(limit=1024)
-"""Schema object -> its validator: a session's tools are the same objects on every call, and
-serializing a schema to find its validator cost more than a small schema's check."""
-
-
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
     from referencing.exceptions import Unresolvable  # (jsonschema's own, loaded with it)
 
-    checker = _SCHEMAS.get((schema,), lambda: _validator(json.dumps(schema, sort_keys=True)))
+    checker = _validator(json.dumps(schema, sort_keys=True))
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
     try:
