@@ -155,8 +155,6 @@ class History:
     collapsed: CharMemo[Any, Any] = field(default_factory=lambda: CharMemo(20_000))
     """Collapsed failures by the history's state for the call and the two items, so the failures
     step does not redo them on every build (``steps/failures.py``)."""
-    collapsed_latest: dict[CallRef, Any] = field(default_factory=dict)
-    """Per failed call: its last lookup in ``collapsed`` (most builds pass the same items again)."""
     changed_failures: list[CallRef] = field(default_factory=list)
     """Failed calls in the order their state changed (recorded, got their result, joined by a
     retry, answered by a later assistant message, resolved by a later success; a call may appear
