@@ -128,18 +128,14 @@ class PieceCounter:
         return len(parts) // 2 + self._pieces(parts[0::2])
 
     def _segment(self, segment: str) -> int:
-        n = self._segments.get(segment)
-        if n is None:
-            n = self._keep(segment, self._count(segment))
-        return n
-
-    def _keep(self, segment: str, n: int) -> int:
-        """Keep ``n`` as the count of ``segment`` (not one longer than a quarter of the room:
-        a single large text, such as a ``CountTokens`` of a file, would push out every window's
-        segments and stay over the bound)."""
+        """The count of ``segment``, kept unless it is longer than a quarter of the room (a single
+        large text, such as a ``CountTokens`` of a file, would push out every window's segments)."""
         segments = self._segments
-        if segment not in segments and len(segment) <= segments.limit_chars // 4:
-            segments.put(segment, n, len(segment))
+        n = segments.get(segment)
+        if n is None:
+            n = self._count(segment)
+            if len(segment) <= segments.limit_chars // 4:
+                segments.put(segment, n, len(segment))
         return n
 
     def tokens_after(self, text: str, chars: int, *, total: int | None = None) -> int:
@@ -189,25 +185,8 @@ class PieceCounter:
             return [text] if text else []
         return [p for p in self._split(text)[0::2] if p]
 
-    def piece_counts(self, text: str) -> list[int]:
-        return self.counted(text)[1]
-
     def counted(self, text: str) -> tuple[int, list[int]]:
-        """``count(text)`` and the counts of its non-empty pieces. With a delimiter, the counts of
-        the text's segments are kept too: a message's lone render, counted here, is most of the
-        segment that holds the message in a window."""
-        if not self.delimiter:
-            return self._counted(text)
-        segments = text.split(self.delimiter)
-        total = len(segments) - 1
-        counts: list[int] = []
-        for segment in segments:
-            n, more = self._counted(segment)
-            total += self._keep(segment, n)
-            counts += more
-        return total, counts
-
-    def _counted(self, text: str) -> tuple[int, list[int]]:
+        """``count(text)`` and the counts of its non-empty pieces."""
         parts = self._split(text) if self._split is not None else [text]
         pieces = [p for p in parts[0::2] if p]
         try:
