@@ -332,14 +332,8 @@ class TemplateCounter:
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
-                 memo: incremental.RenderMemo | None = None
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
-        if memo is None:
-            dicts = [self._template_dict(m) for m in messages]
-        else:  # the dicts of the messages the session's previous build shared, by identity
-            n = same_objects(memo.source, messages)
-            dicts = memo.source_dicts[:n] + [self._template_dict(m) for m in messages[n:]]
-            memo.source, memo.source_dicts = list(messages), dicts
+        dicts = [self._template_dict(m) for m in messages]
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
@@ -421,7 +415,7 @@ class TemplateCounter:
         if memo is None:
             text = self.render(messages, tools)
             return self.pieces.count(text), text
-        dicts, schemas = self._adapted(messages, tools, memo)
+        dicts, schemas = self._adapted(messages, tools)
         listed = list(schemas) or None
         if self.prefill and prefilled(dicts):
             text = self._prefilled(dicts, listed)

@@ -55,11 +55,6 @@ PieceStart = Callable[[str, int], int]
 class RenderMemo:
     """One session's previous render: what was rendered, its text, exact count and anchors."""
 
-    source: list[Any] = field(default_factory=list)
-    source_dicts: Dicts = field(default_factory=list)
-    """The messages of the previous build and their template dicts (before any fallback rewrite):
-    a build looks up only the dicts of the messages it does not share with it (a lookup per
-    message grew with history)."""
     dicts: Dicts = field(default_factory=list)
     tools: Sequence[Mapping[str, Any]] = ()
     text: str = ""
