@@ -122,10 +122,7 @@ class PieceCounter:
         return self._count(text)
 
     def _count(self, text: str) -> int:
-        if self._split is None:
-            return self._pieces([text])
-        parts = self._split(text)
-        return len(parts) // 2 + self._pieces(parts[0::2])
+        return self.counted(text)[0]
 
     def _segment(self, segment: str) -> int:
         """The count of ``segment``, kept unless it is longer than a quarter of the room (a single
@@ -206,22 +203,12 @@ class PieceCounter:
                 self._cache.put(piece, int(n), len(piece))
         return True
 
-    def _pieces(self, pieces: Sequence[str]) -> int:
-        """The summed counts of ``pieces``: one pass in C (``map`` over the dict's ``__getitem__``)
-        when all are cached, the common case, which bench_service's per-profile turns time."""
-        cache = self._cache
-        try:
-            return sum(map(cache.__getitem__, filter(None, pieces)))
-        except KeyError:
-            pass
-        return sum(self._learnt(pieces))
-
     def _learnt(self, pieces: Sequence[str]) -> list[int]:
-        """The counts of the non-empty ``pieces``, those not cached tokenized now (and kept)."""
+        """The counts of ``pieces``, those not cached tokenized now (and kept)."""
         cache = self._cache
-        known = [cache.get(p) for p in pieces if p]  # (read first: keeping the new may clear the cache)
-        learnt = self._learn(list({p for p in pieces if p and p not in cache}))
-        return [n if n is not None else learnt[p] for p, n in zip(filter(None, pieces), known, strict=True)]
+        known = [cache.get(p) for p in pieces]  # (read first: keeping the new may clear the cache)
+        learnt = self._learn(list({p for p in pieces if p not in cache}))
+        return [n if n is not None else learnt[p] for p, n in zip(pieces, known, strict=True)]
 
     def _learn(self, texts: list[str]) -> dict[str, int]:
         encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
