@@ -107,9 +107,6 @@ class IdentityMemo:
         self.items.put(k, (objects, out), self._size(out) if self._size is not None else 1)
         return out
 
-    def __len__(self) -> int:
-        return len(self.items)
-
 
 LOOKBACK = 8
 """How far from a list's end the last item of the list it extends is looked for."""
@@ -125,10 +122,6 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
 
 
-def _one(item: Any) -> int:
-    return 1
-
-
 class Walks(Generic[W]):
     """Recent walks over lists, by the identity of each list's last item: a build's request
     extends an earlier one of the same conversation and holds that one's last message a few
@@ -137,13 +130,13 @@ class Walks(Generic[W]):
     are kept with the walks, so an id stays its own while its walk is held.
 
     Held in a ``CharMemo`` of ``limit`` walks, against the summed ``size`` of the items of the
-    lists held (characters of text; ``size``: one per item by default). A walk kept for a list that
+    lists held (characters of text). A walk kept for a list that
     extends all of the one ``find`` gave for it replaces that one (a conversation holds one walk,
     its latest), and its size is that one's plus its new items' (the hot path sizes only those).
     A walk of up to ``SHARED_START`` items stays: it may be the start several conversations share
     (one agent's system prompt and first messages), each to extend it."""
 
-    def __init__(self, limit: int = 1024, *, size: Callable[[Any], int] = _one) -> None:
+    def __init__(self, limit: int = 1024, *, size: Callable[[Any], int]) -> None:
         self._items: CharMemo[int, tuple[list[Any], W, int]] = CharMemo(limit)
         self._size = size
         self._found: tuple[Sequence[Any] | None, int, int] = (None, 0, 0)
@@ -185,10 +178,6 @@ class Walks(Generic[W]):
                     self._drop(key)
                 return held[2] + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))
-
-    def clear(self) -> None:
-        self._items.clear()
-        self._found = (None, 0, 0)
 
     def __len__(self) -> int:
         return len(self._items)
