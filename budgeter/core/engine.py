@@ -97,7 +97,6 @@ class Engine:
         self._planned = 0
         self._last: tuple[Message, ...] = ()
         self._last_text: str = ""
-        self._last_handles: tuple[str, ...] = ()
         self.builds = 0
         self._memo = RenderMemo()
         self._settled = False
@@ -188,8 +187,8 @@ class Engine:
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
-        self._last, self._last_text, self._last_handles = messages, ctx.text, handles
+        handles = tuple(sorted({h for m in messages for h in message_handles(m)}))
+        self._last, self._last_text = messages, ctx.text
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
@@ -220,14 +219,6 @@ def message_handles(m: Message) -> tuple[str, ...]:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]
         found = _handles_memo.put(m, tuple(h for t in texts if contains_marker(t) for h in handles_in(t)), m.size)
     return found
-
-
-def prompt_handles(messages: Sequence[Message], known: Sequence[str] = ()) -> tuple[str, ...]:
-    """The handles in ``messages``, sorted, with ``known`` (those of the prompt they extend)."""
-    found = {h for m in messages for h in message_handles(m)}
-    if not found.difference(known):
-        return tuple(known)
-    return tuple(sorted(found.union(known)))
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),
