@@ -73,7 +73,6 @@ class PieceCounter:
         self._cache: CharMemo[str, int] = CharMemo(max_pieces)
         """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``)."""
         self.chars_tokenized = 0
-        self.pieces_tokenized = 0
         self.delimiter = ""
         """A special token that no other one overlaps (``delimit``): texts are cut at it first, and
         the counts of the segments between are cached (``count``). Empty: none chosen."""
@@ -216,7 +215,6 @@ class PieceCounter:
         for text, n in counts.items():
             self._cache.put(text, n, len(text))
         self.chars_tokenized += sum(map(len, texts))
-        self.pieces_tokenized += len(texts)
         return counts
 
 
