@@ -118,9 +118,6 @@ class PieceCounter:
                 return len(segments) - 1 + sum(map(self._segments.__getitem__, segments))
             except KeyError:
                 return len(segments) - 1 + sum(map(self._segment, segments))
-        return self._count(text)
-
-    def _count(self, text: str) -> int:
         return self.counted(text)[0]
 
     def _segment(self, segment: str) -> int:
@@ -129,7 +126,7 @@ class PieceCounter:
         segments = self._segments
         n = segments.get(segment)
         if n is None:
-            n = self._count(segment)
+            n = self.counted(segment)[0]
             if len(segment) <= segments.limit_chars // 4:
                 segments.put(segment, n, len(segment))
         return n
