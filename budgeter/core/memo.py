@@ -1,19 +1,14 @@
-"""Memos for answers computed from objects that are never changed once made, and the one budget
-that bounds every process-wide memo able to hold message text.
+"""The one bounded cache (``CharMemo``), the memos built on it, and the one budget that bounds
+every process-wide memo able to hold message text.
 
 Builds meet the same objects turn after turn (a counter's template dict per message, a session's
 tools list, the messages a tokenizer library converted on an earlier build), so an answer derived
-from them can be looked up by their identity instead of being made again or hashed by content.
-The memo holds the objects themselves beside the answer, so an id is never reused while its entry
-lives; when the memo is full it is cleared and answers are made again.
-
-A memo keyed by messages keeps them alive after the session that held them was evicted from a
-replica's cache, so each such memo is bounded by the characters of text it holds (or refers to),
-counted as entries go in (a length per insert, no scan), not only by its entries. Every one of
-them takes the same budget, ``budget()`` characters, set once for the process by ``configure``
-(the server derives it from ``live_bytes``: ``sessions/replica.py``, ``memo_chars``); a memo made
-after ``configure`` takes the budget then in force, and ``configure`` resizes the ones that exist
-(clearing those over it).
+from them is looked up by value (``CharMemo``) or by their identity (``IdentityMemo``, ``Walks``,
+which hold the objects so that an id is never reused while its entry lives). A memo keyed by
+messages keeps them alive after their session was evicted from a replica's cache, so each is
+bounded by the characters it holds, counted as entries go in, against one budget: ``budget()``,
+set for the process by ``configure`` (from ``live_bytes``: ``sessions/replica.py``,
+``memo_chars``), which resizes the memos that exist too. A full memo is cleared.
 """
 
 from __future__ import annotations
