@@ -173,6 +173,3 @@ class Walks(Generic[W]):
                     self._drop(key)
                 return held[2] + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))
-
-    def __len__(self) -> int:
-        return len(self._items)

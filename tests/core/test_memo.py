@@ -47,7 +47,7 @@ def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
             items = one[:end]  # (the same list to find and keep, as a build passes its request)
             assert w.find(items) == ((end - 1, end - 1) if end > 20 else (None, 0))
             w.keep(items, end)
-            assert len(w) == 1 and w._items.chars == 9 * end
+            assert len(w._items) == 1 and w._items.chars == 9 * end
         two = [f"two {k:05}" for k in range(200)]
         for end in range(20, 200, 10):  # another conversation, longer than the budget holds
             items = two[:end]
