@@ -89,17 +89,17 @@ class IdentityMemo:
     entries."""
 
     def __init__(self, *, limit: int = 0, size: Callable[[Any], int] | None = None) -> None:
-        self.items: CharMemo[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = CharMemo(limit)
+        self._items: CharMemo[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = CharMemo(limit)
         self._size = size
 
     def get(self, objects: tuple[Any, ...], make: Callable[..., T], *args: Any,
             key: tuple[Hashable, ...] = ()) -> T:
         k = (*key, *map(id, objects))
-        hit = self.items.get(k)
+        hit = self._items.get(k)
         if hit is not None:  # its objects are held, so these ids are theirs
             return hit[1]  # type: ignore[no-any-return]
         out = make(*args)
-        self.items.put(k, (objects, out), self._size(out) if self._size is not None else 1)
+        self._items.put(k, (objects, out), self._size(out) if self._size is not None else 1)
         return out
 
 

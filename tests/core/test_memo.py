@@ -34,7 +34,7 @@ def test_an_identity_memo_counts_its_answers_sizes(budget):
     keys = [object() for _ in range(30)]
     for k in keys:
         assert m.get((k,), lambda: "x" * 9) == "x" * 9
-        assert m.items.chars == 9 * len(m.items) <= budget
+        assert m._items.chars == 9 * len(m._items) <= budget
 
 
 def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
