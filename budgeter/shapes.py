@@ -19,9 +19,6 @@ from budgeter.core.jsonargs import classify_arguments, dumps
 from budgeter.core.sniff import PathSuggestion
 from budgeter.v1 import budgeter_pb2 as pb
 
-VERDICT_KEYS = ("id", "name", "status", "runnable", "arguments", "detail", "problems", "repeat_of",
-                "repeat_error", "operation", "path")
-
 
 def _short(enum: Any, value: int, prefix: str) -> str | None:
     name = enum.Name(value)
@@ -39,9 +36,8 @@ def verdict(*, id: str = "", name: str = "", status: str, runnable: bool, argume
 def verdict_of(v: CallVerdict, *, id: str = "", name: str = "") -> dict[str, Any]:
     """The core verdict (``budgeter validate``)."""
     return verdict(id=id, name=name, status=v.status.value, runnable=v.runnable, arguments=v.arguments,
-                   detail=v.repair or v.detail,
-                   problems=[{"code": p.code, "field": p.field, "message": p.message} for p in v.problems],
-                   repeat_of=v.repeat_of, repeat_error=v.repeat_error)
+                   detail=v.repair or v.detail, problems=_problems(v.problems), repeat_of=v.repeat_of,
+                   repeat_error=v.repeat_error)
 
 
 def _problems(items: Any) -> list[dict[str, str]]:

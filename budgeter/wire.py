@@ -42,34 +42,20 @@ def messages_from_pb(messages: Sequence[pb.Message], *, repairs: list[Repair] | 
     return [message_from_pb(m, i, repairs) for i, m in enumerate(messages)]
 
 
-class _Memo:
-    """Per-message conversions, memoized: most of each prompt is the previous prompt's messages
-    (frozen, hashable values), so each is converted once. Each memo is bounded by the characters
-    of the messages it holds (``core/memo.py``); cleared when full."""
-
-    def __init__(self) -> None:
-        self.pb: CharMemo[Message, pb.Message] = CharMemo()
-        self.json: CharMemo[Message, str] = CharMemo()
-
-    def message(self, m: Message) -> pb.Message:
-        out = self.pb.get(m)
-        if out is None:
-            out = self.pb.put(m, new_message_to_pb(m), m.size)
-        return out
-
-    def text(self, m: Message) -> str:
-        out = self.json.get(m)
-        if out is None:  # orjson: ~1 against ~7 us a message
-            out = self.json.put(m, dumps_compact(to_openai(m)), m.size)
-        return out
-
-
-_memo = _Memo()
+_pb: CharMemo[Message, pb.Message] = CharMemo()
+_json: CharMemo[Message, str] = CharMemo()
 
 
 def message_to_pb(m: Message) -> pb.Message:
-    """Memoized: for the messages a server sends again and again (a prompt's)."""
-    return _memo.message(m)
+    """Memoized (``core/memo.py``): for the messages a server sends again and again (a prompt's)."""
+    out = _pb.get(m)
+    return out if out is not None else _pb.put(m, new_message_to_pb(m), m.size)
+
+
+def message_json(m: Message) -> str:
+    """``m`` as OpenAI JSON, memoized as ``message_to_pb``."""
+    out = _json.get(m)
+    return out if out is not None else _json.put(m, dumps_compact(to_openai(m)), m.size)
 
 
 def new_message_to_pb(m: Message) -> pb.Message:

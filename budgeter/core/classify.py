@@ -184,8 +184,8 @@ _FAILED_COUNT = re.compile(r"([1-9]\d*) (?:\w+ )?(?:failed|failing|errors?)\b(?!
 ``\b``, costs several times as much)."""
 _SCAN = 3000
 """Characters of an output's head and of its tail that the report lines are looked for in (a
-compiler's first error, a runner's summary): the regular expressions cost ~0.1 ms per 1,000
-characters of text full of error words (``bench_classify``'s corpus holds none longer)."""
+compiler's first error, a runner's summary): the regular expressions' cost grows with the text
+(``bench_classify``'s corpus holds none longer)."""
 _PASS_WORDS = re.compile(r"\b\d+ (?:passed|passing|succeeded|ok)\b|\btests?\b|\bfound\b|\bgenerated\b", re.I)
 _EXC_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b")
 

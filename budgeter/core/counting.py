@@ -21,11 +21,9 @@ from typing import Any
 
 from budgeter.core import incremental
 from budgeter.core.frames import Frames
-from budgeter.core.incremental import Mark
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
 from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
 from budgeter.core.messages import Message, Repair, repaired_note, to_template
-from budgeter.core.rope import Text
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
 LOOKAHEAD = 256
@@ -55,41 +53,31 @@ def repaired(repairs: Sequence[Repair]) -> tuple[Adaptation, ...]:
     return (Adaptation("lone_surrogates", repaired_note(repairs)),) if repairs else ()
 
 
-def _last_end(special: re.Pattern[str], text: Text, lo: int, chars: int) -> int:
+def _last_end(special: re.Pattern[str], text: str, lo: int, chars: int) -> int:
     """The end of the last special token found from ``lo`` that ends at or before ``chars``
-    (-1: none). A rope is scanned in a slice of it (the pattern has no anchors or lookarounds,
-    so a match in ``text[lo:hi]`` is the match at the same place in ``text`` from ``lo`` to ``hi``)."""
-    hi = min(len(text), chars + LOOKAHEAD)
-    offset = 0
-    if not isinstance(text, str):
-        text, offset, lo, hi = text[lo:hi], lo, 0, hi - lo
+    (-1: none)."""
     end = -1
-    for match in special.finditer(text, lo, hi):
-        if match.end() + offset > chars:
+    for match in special.finditer(text, lo, min(len(text), chars + LOOKAHEAD)):
+        if match.end() > chars:
             break
-        end = match.end() + offset
+        end = match.end()
     return end
 
 
 class PieceCounter:
-    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000,
-                 max_segment_chars: int = 16 << 20) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, max_pieces: int = 400_000) -> None:
         self.tokenizer = tokenizer
         pattern = tokenizer.special_pattern()
         self._split = re.compile(f"({pattern})").split if pattern else None
         self._special = re.compile(pattern) if pattern else None
-        self._cache: CharMemo[str, int] = CharMemo()
-        """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``), its
-        oldest half dropped when full (``chars``: the pieces' characters)."""
-        self._max = max_pieces
+        self._cache: CharMemo[str, int] = CharMemo(max_pieces)
+        """Piece -> count; bounded by ``max_pieces`` and by the budget (``core/memo.py``)."""
         self.chars_tokenized = 0
-        self.pieces_tokenized = 0
         self.delimiter = ""
         """A special token that no other one overlaps (``delimit``): texts are cut at it first, and
         the counts of the segments between are cached (``count``). Empty: none chosen."""
         self._segments: CharMemo[str, int] = CharMemo()
-        """Segment -> count, bounded by the budget and by ``max_segment_chars``, whichever is less."""
-        self._max_segment_chars = max_segment_chars
+        """Segment -> count, bounded by the budget."""
 
     def delimit(self, sample: str) -> str:
         """Choose the delimiter: of the special tokens in ``sample`` (a template's render of a short
@@ -119,8 +107,8 @@ class PieceCounter:
         """Tokens of ``text``. With a delimiter, the text is cut at it (a C-level search for one
         literal) and each segment's count is looked up, so that text counted before (a window's
         messages, already counted alone; a whole render's history) is hashed, not split again by
-        the special-token pattern: Gemma 3's 6,384 added tokens, 31 of them newline runs, make
-        that split ~7 ns a character, against ~0.5 to cut and hash. Exact: the delimiter is a
+        the special-token pattern (slow where a vocabulary adds thousands of tokens, as Gemma 3's;
+        ``bench_service --profiles gemma3``). Exact: the delimiter is a
         special token that no other one overlaps, so the split of the whole text matches it at
         each of its occurrences and no match crosses one; the count of the text is then the
         segments' counts plus one per delimiter."""
@@ -130,71 +118,42 @@ class PieceCounter:
                 return len(segments) - 1 + sum(map(self._segments.__getitem__, segments))
             except KeyError:
                 return len(segments) - 1 + sum(map(self._segment, segments))
-        return self._count(text)
-
-    def _count(self, text: str) -> int:
-        if self._split is None:
-            return self._pieces([text])
-        parts = self._split(text)
-        return len(parts) // 2 + self._pieces(parts[0::2])
+        return self.counted(text)[0]
 
     def _segment(self, segment: str) -> int:
-        n = self._segments.get(segment)
-        if n is None:
-            n = self._keep(segment, self._count(segment))
-        return n
-
-    def _keep(self, segment: str, n: int) -> int:
-        """Keep ``n`` as the count of ``segment`` (not one longer than a quarter of the room:
-        a single large text, such as a ``CountTokens`` of a file, would push out every window's
-        segments and stay over the bound)."""
+        """The count of ``segment``, kept unless it is longer than a quarter of the room (a single
+        large text, such as a ``CountTokens`` of a file, would push out every window's segments)."""
         segments = self._segments
-        room = min(self._max_segment_chars, segments.limit_chars)
-        if segment not in segments and len(segment) <= room // 4:
-            if segments.chars + len(segment) > room:
-                _drop_oldest(segments, room - len(segment))
-            segments[segment] = n
-            segments.chars += len(segment)
+        n = segments.get(segment)
+        if n is None:
+            n = self.counted(segment)[0]
+            if len(segment) <= segments.limit_chars // 4:
+                segments.put(segment, n, len(segment))
         return n
 
-    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
+    def tokens_after(self, text: str, chars: int, *, total: int | None = None) -> int:
         """Tokens of ``text`` from the start of the piece that holds position ``chars`` on (what
-        a server must read again when the text changes there). ``mark``: a piece start at or
-        before ``chars`` and the tokens of ``text`` from it (what a windowed render leaves in its
-        ``RenderMemo``); only the text between the mark and ``chars`` is scanned, and the tokens
-        before the piece are taken off the mark's count, or the suffix is split where it is the
-        shorter. ``total``: the tokens of the whole ``text``; the prefix before the piece is split
-        instead of the suffix where it is the shorter (a prompt compacted near its start: a Gemma
-        3 build that compacted spent ~1.6 ms of ~6.7 splitting the rest of it). Otherwise the
-        suffix is split; its pieces are cached from counting ``text``."""
+        a server must read again when the text changes there). ``total``: the tokens of the whole
+        ``text``; the prefix before the piece is split instead of the suffix where it is the
+        shorter (a prompt compacted near its start, timed by bench_service's Gemma 3 turns)."""
         if chars >= len(text):
             return 0
         if self._special is None:
-            return self.count(text[:])
-        if mark is not None and 0 <= mark[0] <= chars:
-            begin, tokens = mark
-            start = self.piece_start(text, chars, known=begin)
-            if start - begin > len(text) - start:  # the suffix is the shorter text to split
-                return self.count(text[start:])
-            return tokens - self.count(text[begin:start]) if start > begin else tokens
+            return self.count(text)
         start = self.piece_start(text, chars)
         if total is not None and start < len(text) - start:
             return total - self.count(text[:start])
         return self.count(text[start:])
 
-    def piece_start(self, text: Text, chars: int, known: int = -1) -> int:
+    def piece_start(self, text: str, chars: int) -> int:
         """Where the piece that holds position ``chars`` starts: the end of the last special token
-        that ends at or before it (0 when none does). ``known``: a piece start at or before
-        ``chars``; the scan runs from there, where it finds the tokens the split of the whole
-        text finds. Without it, windows of 8K characters before ``chars`` are scanned. Tokens are
-        matched in the text as it goes on after ``chars`` (up to ``LOOKAHEAD`` characters), not
-        in the text cut there, where a shorter token (one newline of two) could seem to end at
-        ``chars``."""
+        that ends at or before it (0 when none does), found scanning windows of 8K characters
+        before ``chars``. Tokens are matched in the text as it goes on after ``chars`` (up to
+        ``LOOKAHEAD`` characters), not in the text cut there, where a shorter token (one newline
+        of two) could seem to end at ``chars``."""
         special = self._special
         if special is None:
             return 0
-        if known >= 0:
-            return max(known, _last_end(special, text, self._aligned(text, known, chars), chars))
         lo = chars
         while lo > 0:
             lo = max(0, lo - 8192)
@@ -203,20 +162,14 @@ class PieceCounter:
                 return end
         return 0
 
-    def _aligned(self, text: Text, lo: int, chars: int) -> int:
+    def _aligned(self, text: str, lo: int, chars: int) -> int:
         """Where to start scanning for the last special token that ends at or before ``chars``:
         the last delimiter that does, from ``lo`` on (the split of the whole text matches every
-        delimiter, so the scan finds the same tokens from there), else ``lo``. Gemma 3's scans
-        (a match a line, each a step of a Python loop) went from ~4,400 to ~2,250 characters a
-        turn."""
+        delimiter, so the scan finds the same tokens from there), else ``lo``."""
         delimiter = self.delimiter
         if not delimiter or chars - lo < 256:
             return lo
-        if isinstance(text, str):
-            at = text.rfind(delimiter, lo, chars)
-        else:
-            at = text[lo:chars].rfind(delimiter)
-            at = at + lo if at >= 0 else -1
+        at = text.rfind(delimiter, lo, chars)
         return at if at >= 0 else lo
 
     def ordinary(self, text: str) -> list[str]:
@@ -225,25 +178,8 @@ class PieceCounter:
             return [text] if text else []
         return [p for p in self._split(text)[0::2] if p]
 
-    def piece_counts(self, text: str) -> list[int]:
-        return self.counted(text)[1]
-
     def counted(self, text: str) -> tuple[int, list[int]]:
-        """``count(text)`` and the counts of its non-empty pieces. With a delimiter, the counts of
-        the text's segments are kept too: a message's lone render, counted here, is most of the
-        segment that holds the message in a window."""
-        if not self.delimiter:
-            return self._counted(text)
-        segments = text.split(self.delimiter)
-        total = len(segments) - 1
-        counts: list[int] = []
-        for segment in segments:
-            n, more = self._counted(segment)
-            total += self._keep(segment, n)
-            counts += more
-        return total, counts
-
-    def _counted(self, text: str) -> tuple[int, list[int]]:
+        """``count(text)`` and the counts of its non-empty pieces."""
         parts = self._split(text) if self._split is not None else [text]
         pieces = [p for p in parts[0::2] if p]
         try:
@@ -258,70 +194,25 @@ class PieceCounter:
         pieces = self.ordinary(text)
         if len(pieces) != len(counts):
             return False
-        cache = self._cache
         for piece, n in zip(pieces, counts, strict=True):
-            if piece not in cache:
-                cache[piece] = int(n)
-                cache.chars += len(piece)
-        self._trim()
+            if piece not in self._cache:
+                self._cache.put(piece, int(n), len(piece))
         return True
 
-    def _trim(self) -> None:
-        """Where the piece cache is over its bounds (entries or characters), drop its oldest half,
-        then more of the oldest while its characters are over (the pieces just learnt are the
-        newest: they stay, for the next count of a text that extends this one)."""
-        cache = self._cache
-        if len(cache) > self._max or cache.chars > cache.limit_chars:
-            for key in list(cache)[: len(cache) // 2]:
-                cache.chars -= len(key)
-                del cache[key]
-            _drop_oldest(cache, cache.limit_chars)
-
-    def _pieces(self, pieces: Sequence[str]) -> int:
-        """The summed counts of ``pieces``; after it, every one of them is in the cache (unless the
-        cache dropped it to stay in its bounds: ``_trim``). When all
-        are cached (most pieces of a render), the sum is one pass in C (``map`` over the dict's
-        ``__getitem__``), 2.6x as fast as the Python loops on 3,000 pieces: per one-call turn,
-        Gemma 3's summing went from ~80 to ~60 us (its windows hold ~175 pieces, its whole prompts
-        ~1,750), qwen3.6's from ~20 to ~18 us."""
-        cache = self._cache
-        try:
-            return sum(map(cache.__getitem__, filter(None, pieces)))
-        except KeyError:
-            pass
-        return sum(self._learnt(pieces))
-
     def _learnt(self, pieces: Sequence[str]) -> list[int]:
-        """The counts of the non-empty ``pieces``, those not cached tokenized now; the cache is
-        trimmed after they are read."""
+        """The counts of ``pieces``, those not cached tokenized now (and kept)."""
         cache = self._cache
-        self._learn(list({p for p in pieces if p and p not in cache}))
-        counts = list(map(cache.__getitem__, filter(None, pieces)))
-        self._trim()
-        return counts
+        known = [cache.get(p) for p in pieces]  # (read first: keeping the new may clear the cache)
+        learnt = self._learn(list({p for p in pieces if p not in cache}))
+        return [n if n is not None else learnt[p] for p, n in zip(pieces, known, strict=True)]
 
-    def _learn(self, texts: list[str]) -> None:
+    def _learn(self, texts: list[str]) -> dict[str, int]:
         encodable = [_SURROGATE.sub("\ufffd", t) if has_surrogate(t) else t for t in texts]
-        chars = sum(map(len, texts))
-        for text, n in zip(texts, self.tokenizer.count_batch(encodable), strict=True):
-            self._cache[text] = n
-        self._cache.chars += chars
-        self.chars_tokenized += chars
-        self.pieces_tokenized += len(texts)
-
-
-def _drop_oldest(memo: CharMemo[str, int], room: int) -> None:
-    """Drop ``memo``'s oldest entries (keyed by text) until its characters fit ``room``."""
-    over = memo.chars - max(room, 0)
-    drop = []
-    for key in memo:  # (one pass: deleting from a dict's front one at a time rescans what went)
-        if over <= 0:
-            break
-        drop.append(key)
-        over -= len(key)
-    for key in drop:
-        memo.chars -= len(key)
-        del memo[key]
+        counts = dict(zip(texts, self.tokenizer.count_batch(encodable), strict=True))
+        for text, n in counts.items():
+            self._cache.put(text, n, len(text))
+        self.chars_tokenized += sum(map(len, texts))
+        return counts
 
 
 def _isolated(token: str, specials: Sequence[str]) -> bool:
@@ -423,14 +314,8 @@ class TemplateCounter:
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
-                 memo: incremental.RenderMemo | None = None
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
-        if memo is None:
-            dicts = [self._template_dict(m) for m in messages]
-        else:  # the dicts of the messages the session's previous build shared, by identity
-            n = same_objects(memo.source, messages)
-            dicts = memo.source_dicts[:n] + [self._template_dict(m) for m in messages[n:]]
-            memo.source, memo.source_dicts = list(messages), dicts
+        dicts = [self._template_dict(m) for m in messages]
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
@@ -444,7 +329,7 @@ class TemplateCounter:
             return None
         caps = getattr(self.adapter, "caps", None)
         if for_server is None and caps is not None and caps.system_only and not later_system(messages):
-            return None  # (the default profile's case: an O(n) walk in Python per build was ~0.35 ms at 400 messages)
+            return None  # (the default profile's case: no walk over the messages in Python)
         given = [self._template_dict(m) for m in messages]
         dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
         ruled = for_server(dicts) if for_server is not None else None
@@ -505,14 +390,14 @@ class TemplateCounter:
         return self.pieces.count(self.render(messages, tools))
 
     def count_rendered(self, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                       memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
+                       memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
         """The exact count and the text counted. With a session's ``memo``, a prompt that extends
         the previous one renders only its tail (``core/incremental.py``). A prefill of the last
         message renders whole."""
         if memo is None:
             text = self.render(messages, tools)
             return self.pieces.count(text), text
-        dicts, schemas = self._adapted(messages, tools, memo)
+        dicts, schemas = self._adapted(messages, tools)
         listed = list(schemas) or None
         if self.prefill and prefilled(dicts):
             text = self._prefilled(dicts, listed)
@@ -525,8 +410,8 @@ class TemplateCounter:
         return incremental.render(self.windowed, memo, dicts, schemas, render, self.pieces.count,
                                   self.pieces.piece_start, stamp=tuple(f() for f in self._dated))
 
-    def tokens_after(self, text: Text, chars: int, *, mark: Mark | None = None, total: int | None = None) -> int:
-        return self.pieces.tokens_after(text, chars, mark=mark, total=total)
+    def tokens_after(self, text: str, chars: int, *, total: int | None = None) -> int:
+        return self.pieces.tokens_after(text, chars, total=total)
 
     def count_text(self, text: str) -> int:
         return self.pieces.count(text)
@@ -636,7 +521,7 @@ def _wire(d: Mapping[str, Any]) -> JSONDict:
 
 
 def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *,
-                   memo: incremental.RenderMemo | None = None) -> tuple[int, Text]:
+                   memo: incremental.RenderMemo | None = None) -> tuple[int, str]:
     """``count_prompt`` plus the text it counted; '' for counters whose encoding has no text form
     (mistral-common encodes the request itself). ``memo``: the session's previous render."""
     fn = getattr(counter, "count_rendered", None)
@@ -645,11 +530,9 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: Text, b: Text, *, known: int = 0) -> int:
-    """Length of the longest common prefix of two strings (binary search over C-level compares).
-    ``known``: a length both are known to share; only what follows it is compared (copied)."""
-    hi = min(len(a), len(b))
-    lo = min(known, hi)
+def shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (binary search over C-level compares)."""
+    lo, hi = 0, min(len(a), len(b))
     if a[lo:hi] == b[lo:hi]:
         return hi
     while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]

@@ -23,7 +23,6 @@ from budgeter.core.memo import CharMemo, same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
-from budgeter.core.rope import Text
 from budgeter.core.steps import ALWAYS, COMPACT
 from budgeter.core.typing import JSONDict, PromptCounter
 from budgeter.errors import InvalidInput, PayloadNotFound
@@ -97,12 +96,7 @@ class Engine:
         self._plan: View = ()
         self._planned = 0
         self._last: tuple[Message, ...] = ()
-        self._last_text: Text = ""
-        self._last_render = -1
-        """The render number (``RenderMemo.builds``) that made ``_last_text``; -1: not the memo's."""
-        self._last_handles: tuple[str, ...] = ()
-        self._last_sums: list[int] = [0]
-        """For a counter with no text form: ``_last_sums[i]``, the plan costs of ``_last[:i]``."""
+        self._last_text: str = ""
         self.builds = 0
         self._memo = RenderMemo()
         self._settled = False
@@ -129,12 +123,11 @@ class Engine:
     def facts(self) -> list[Facts]:
         return self.log.facts
 
-    def append(self, messages: Sequence[Message], facts: Sequence[Facts] | None = None) -> list[AppendInfo]:
-        """``facts``: what ``log.preview(messages)`` gave, when the caller has it."""
+    def append(self, messages: Sequence[Message]) -> list[AppendInfo]:
         out = []
-        for k, m in enumerate(messages):
-            facts_ = self.log.append(m, facts[k] if facts is not None else None)
-            out.append(AppendInfo(len(self.log) - 1, self.counter.message_cost(m), facts_))
+        for m in messages:
+            facts = self.log.append(m)
+            out.append(AppendInfo(len(self.log) - 1, self.counter.message_cost(m), facts))
         return out
 
     def supersede(self, path: str, *, at: int | None = None) -> None:
@@ -193,9 +186,8 @@ class Engine:
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        handles = prompt_handles(messages[same:], self._last_handles) if extends else prompt_handles(messages)
-        self._last, self._last_text, self._last_handles = messages, ctx.text, handles
-        self._last_render = self._memo.builds if ctx.text is self._memo.text else -1
+        handles = tuple(sorted({h for m in messages for h in message_handles(m)}))
+        self._last, self._last_text = messages, ctx.text
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
@@ -204,22 +196,12 @@ class Engine:
     def _reusable_tokens(self, messages: tuple[Message, ...], same: int, ctx: Context) -> int:
         after = getattr(self.counter, "tokens_after", None)
         if ctx.text and after is not None:
-            self._last_sums = []  # (kept only while the counter has no text form)
             if not self._last:
                 return 0
             if self._last_text:
-                known, mark = self._memo.shared_with(self._last_render, ctx.text)
-                changed = shared_prefix(self._last_text, ctx.text, known=known)
-                return ctx.total - after(ctx.text, changed, mark=mark, total=ctx.total)
-        # no text form: the plan costs of the shared messages, summed only past the previous prompt
-        sums = self._last_sums[:same + 1] if len(self._last_sums) == len(self._last) + 1 else [0]
-        total = sums[-1]
-        cost = self.counter.message_cost
-        for m in messages[len(sums) - 1:]:
-            total += cost(m)
-            sums.append(total)
-        self._last_sums = sums
-        return sums[same]
+                changed = shared_prefix(self._last_text, ctx.text)
+                return ctx.total - after(ctx.text, changed, total=ctx.total)
+        return sum(map(self.counter.message_cost, messages[:same]))  # no text form: the plan costs
 
 
 def _message(item: Item) -> Message:
@@ -236,14 +218,6 @@ def message_handles(m: Message) -> tuple[str, ...]:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]
         found = _handles_memo.put(m, tuple(h for t in texts if contains_marker(t) for h in handles_in(t)), m.size)
     return found
-
-
-def prompt_handles(messages: Sequence[Message], known: Sequence[str] = ()) -> tuple[str, ...]:
-    """The handles in ``messages``, sorted, with ``known`` (those of the prompt they extend)."""
-    found = {h for m in messages for h in message_handles(m)}
-    if not found.difference(known):
-        return tuple(known)
-    return tuple(sorted(found.union(known)))
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),

@@ -47,6 +47,7 @@ from budgeter.core.classify import (
 )
 from budgeter.core.guards import CallVerdict, FailureKey, Problem, validate_tool_call
 from budgeter.core.jsonargs import ArgStatus
+from budgeter.core.memo import CharMemo
 from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
 from budgeter.core.typing import JSONDict
@@ -151,9 +152,9 @@ class History:
     """Call -> the call to the same tool before it (what "retried" and "same error" compare)."""
     _last_of_tool: dict[str, CallRef] = field(default_factory=dict)
     html_writes: list[int] = field(default_factory=list)
-    memo: dict[str, dict[Any, Any]] = field(default_factory=dict)
-    """Per-step caches of results that are functions of the history's state (e.g. a collapsed
-    failure), so a step does not redo them on every build."""
+    collapsed: CharMemo[Any, Any] = field(default_factory=lambda: CharMemo(20_000))
+    """Collapsed failures by the history's state for the call and the two items, so the failures
+    step does not redo them on every build (``steps/failures.py``)."""
     changed_failures: list[CallRef] = field(default_factory=list)
     """Failed calls in the order their state changed (recorded, got their result, joined by a
     retry, answered by a later assistant message, resolved by a later success; a call may appear
@@ -169,9 +170,9 @@ class History:
         """Failed calls whose result the model has not answered yet (no assistant message after it)."""
         return frozenset(ref for _, ref in self._unanswered)
 
-    def append(self, m: Message, facts: Facts | None = None) -> Facts:
-        """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
-        facts = facts if facts is not None else self.facts_for(m)
+    def append(self, m: Message) -> Facts:
+        """Record ``m``."""
+        facts = self.facts_for(m)
         index = len(self.messages)
         self.messages.append(m)
         self.facts.append(facts)

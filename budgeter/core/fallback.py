@@ -127,7 +127,7 @@ def adapter(caps: Capabilities) -> Adapter | None:
     walks: Walks[_Adapted] = Walks(size=_content_chars)
     """Each conversation's last rewrite, which its next build extends: only the new messages are
     rewritten and only the runs from the last one they may extend are merged again (a walk over
-    every message per build was ~6% of a Gemma 3 turn at 300K chars, and grew with history)."""
+    every message grew with history: ``bench_service --profiles gemma3``)."""
 
     def one(m: dict[str, Any], first: bool) -> dict[str, Any]:
         role = m.get("role")
@@ -170,14 +170,10 @@ def adapter(caps: Capabilities) -> Adapter | None:
 
 def _tools_into(system: dict[str, Any] | None, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The system message with the tools appended (a new one when there was none)."""
-    return _tools_as_system([system] if system is not None else [], tools)[0]
-
-
-def _tools_as_system(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]):  # type: ignore[no-untyped-def]
     text = "# Tools\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    if messages and messages[0].get("role") == "system":
-        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
+    if system is None:
+        return {"role": "system", "content": text}
+    return {**system, "content": f"{system['content']}\n\n{text}"}
 
 
 def _calls_as_text(m: dict[str, Any]) -> dict[str, Any]:

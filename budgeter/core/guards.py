@@ -19,7 +19,6 @@ from typing import Any
 from budgeter.core.classify import CallKind, FileOp, call_kind, file_op
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
-from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import ToolCall
 from budgeter.core.paths import path_leaves, path_problem
 from budgeter.core.policy import Policy
@@ -119,69 +118,8 @@ def tool_schema(tools: Sequence[JSONDict], name: str) -> JSONDict | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Checker:
-    """A schema's validators: jsonschema's, whose errors are the problems reported, and, where
-    the schema uses only keywords whose meaning both agree on, jsonschema-rs's, which answers
-    "valid" ~10x sooner (a call's schema check: ~1 against ~13 us warm, ~16 against ~100 us with
-    the caches cold). Only a "valid" is taken from it; anything else is asked of jsonschema."""
-
-    errors: Any
-    quick: Any = None
-
-
-_SAME_MEANING = frozenset({
-    # annotations, ignored by both
-    "$schema", "$comment", "title", "description", "default", "examples", "deprecated", "readOnly",
-    "writeOnly", "format", "contentMediaType", "contentEncoding", "contentSchema", "$defs",
-    "definitions",
-    # assertions on types, numbers, strings, arrays and objects
-    "type", "enum", "const", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "maxItems", "minItems", "maxContains", "minContains",
-    "maxProperties", "minProperties", "required", "dependentRequired",
-    # applicators
-    "properties", "additionalProperties", "items", "prefixItems", "contains", "propertyNames",
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref",
-})
-"""Left out, so their schemas go to jsonschema alone: ``pattern`` and ``patternProperties`` (Rust
-and Python regular expressions differ), ``multipleOf`` (float arithmetic), ``uniqueItems``
-(equality of 1, 1.0 and true), the ``unevaluated*`` keywords, and every ``$id``, anchor or
-dynamic reference (another base URI, or a document jsonschema-rs could fetch)."""
-
-_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
-_LISTS = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
-_ONE = frozenset({"additionalProperties", "items", "contains", "propertyNames", "not", "if", "then", "else"})
-
-
-def _agreed(schema: Any) -> bool:
-    """Whether both validators give ``schema`` the same meaning (see ``_SAME_MEANING``); walked
-    without recursion."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, bool):
-            continue
-        if not isinstance(node, dict) or not _SAME_MEANING.issuperset(node):
-            return False
-        ref = node.get("$ref")
-        if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
-            return False
-        for key, sub in node.items():
-            if key in _MAPS:
-                if not isinstance(sub, dict):
-                    return False
-                stack.extend(sub.values())
-            elif key in _LISTS:
-                if not isinstance(sub, list):
-                    return False
-                stack.extend(sub)
-            elif key in _ONE:
-                stack.append(sub)
-    return True
-
-
-@functools.lru_cache(maxsize=512)
-def _validator(schema_text: str) -> _Checker | str:
+@functools.lru_cache(maxsize=1024)
+def _validator(schema_text: str) -> Any:
     """A checked validator per distinct schema (checking a schema costs more than using it);
     a string when the schema itself is invalid."""
     from jsonschema import Draft202012Validator
@@ -192,38 +130,21 @@ def _validator(schema_text: str) -> _Checker | str:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         return exc.message
-    quick = None
-    if _agreed(schema):
-        try:
-            import jsonschema_rs
-
-            quick = jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
-        except Exception:  # not installed, or a schema it refuses: jsonschema alone
-            pass
-    return _Checker(Draft202012Validator(schema), quick)
-
-
-_SCHEMAS = IdentityMemo(limit=1024)
-"""Schema object -> its validator: a session's tools are the same objects on every call, and
-serializing a schema to find its validator cost more than a small schema's check."""
+    return Draft202012Validator(schema)
 
 
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
     from referencing.exceptions import Unresolvable  # (jsonschema's own, loaded with it)
 
-    checker = _SCHEMAS.get((schema,), lambda: _validator(json.dumps(schema, sort_keys=True)))
+    checker = _validator(json.dumps(schema, sort_keys=True))
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
-    if _quick_valid(checker.quick, value):
-        out = []
-    else:
-        try:
-            out = [Problem("SCHEMA", _path(e.absolute_path), e.message)
-                   for e in checker.errors.iter_errors(value)]
-        except RecursionError:
-            return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
-        except Unresolvable as exc:  # a $ref to nowhere, or to a document (nothing is fetched)
-            return [Problem("SCHEMA", "", f"the tool's own schema has a $ref that does not resolve: {str(exc)[:200]}")]
+    try:
+        out = [Problem("SCHEMA", _path(e.absolute_path), e.message) for e in checker.iter_errors(value)]
+    except RecursionError:
+        return [Problem("SCHEMA", "", "the arguments nest too deeply to check")]
+    except Unresolvable as exc:  # a $ref to nowhere, or to a document (nothing is fetched)
+        return [Problem("SCHEMA", "", f"the tool's own schema has a $ref that does not resolve: {str(exc)[:200]}")]
     props = schema.get("properties") or {}
     for key in schema.get("required") or ():
         declared = props.get(key) if isinstance(props, dict) else None
@@ -231,15 +152,6 @@ def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
         if is_string and value.get(key) == "":
             out.append(Problem("EMPTY_REQUIRED", key, f"required field {key!r} is empty"))
     return out
-
-
-def _quick_valid(quick: Any, value: Any) -> bool:
-    if quick is None:
-        return False
-    try:
-        return bool(quick.is_valid(value))
-    except Exception:  # a value it cannot take (an integer past 64 bits, say): jsonschema decides
-        return False
 
 
 def _path(parts: Any) -> str:

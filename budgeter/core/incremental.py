@@ -32,46 +32,32 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core import rope
-from budgeter.core.rope import Text
-
 log = logging.getLogger("budgeter.counting")
 
 MIN_MESSAGES = 8
-"""Shorter conversations render whole: a window and its checks would cost about as much. At 16,
-Callgrind counted 4.5% more instructions for qwen3.6 turns of 60K-char sessions (as ``bench_load``
-replays them), 2.2% for llama3, 9% for gemma3; 4, 6 and 10 messages counted within 0.7% of 8."""
+"""Shorter conversations render whole: a window and its checks would cost about as much
+(``bench_load``'s turns per profile chose 8)."""
 ANCHORS_AFTER_FULL = 2
 """Anchors found and checked after a full render: with one, a next build that changes the last
-turn (a failure there answered and collapsed) had no start before it and rendered whole again;
-with two, 1M-char sessions rendered whole 86 times instead of 110 (of ~715 builds), 300K-char
-ones 42 instead of 46, at one more tail render after each full render."""
+turn (a failure there answered and collapsed) has no start before it and renders whole again
+(``bench_engine`` counts the whole renders)."""
 KEEP = 64
 """Anchors kept at or before a window's start (a change some turns back still finds one), so that
 the list stays short in a long session that never compacts."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
-PieceStart = Callable[[Text, int, int], int]
-"""(text, position, a piece start at or before it or -1) -> where the piece holding the position
-starts (``PieceCounter.piece_start``)."""
-Mark = tuple[int, int]
-"""A piece start in a text and the tokens of the text from there."""
+PieceStart = Callable[[str, int], int]
+"""(text, position) -> where the piece holding the position starts (``PieceCounter.piece_start``)."""
 
 
 @dataclass
 class RenderMemo:
     """One session's previous render: what was rendered, its text, exact count and anchors."""
 
-    source: list[Any] = field(default_factory=list)
-    source_dicts: Dicts = field(default_factory=list)
-    """The messages of the previous build and their template dicts (before any fallback rewrite):
-    a build looks up only the dicts of the messages it does not share with it (a lookup per
-    message grew with history)."""
     dicts: Dicts = field(default_factory=list)
     tools: Sequence[Mapping[str, Any]] = ()
-    text: Text = ""
-    """The previous render's text: a ``str`` after a full render, a ``Rope`` after a windowed one."""
+    text: str = ""
     total: int = 0
     anchors: dict[int, int] = field(default_factory=dict)
     builds: int = 0
@@ -80,24 +66,9 @@ class RenderMemo:
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
-    agreed: int = 0
-    replaced: int = -1
-    """How many leading characters ``text`` shares by construction with the text of render number
-    ``replaced`` (``builds`` counts renders): a windowed render keeps the text up to its overlap's
-    end; 0 after a full render."""
-    mark: Mark | None = None
-    """After a windowed render: the start of the piece that holds position ``agreed`` in ``text``
-    and the tokens of ``text`` from there (the next build scans from it, not back from a guess)."""
     pending: bool = False
     """A full render's anchors are still to be found: by the next build that looks for them, not
     by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
-
-    def shared_with(self, serial: int, text: Text) -> tuple[int, Mark | None]:
-        """A length ``text`` is known to share with render ``serial``'s text (0 when unknown), and
-        ``text``'s mark (None when it has none)."""
-        if serial == self.replaced and text is self.text:
-            return self.agreed, self.mark
-        return 0, None
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -192,7 +163,7 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
 
 def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
            render_fn: Render, count: Callable[[str], int], start: PieceStart, *,
-           stamp: tuple[Any, ...] = ()) -> tuple[int, Text]:
+           stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
     """The exact count and text of ``dicts`` rendered with the generation prompt. ``stamp``: the
     values of the template's date variables now (a new day renders whole: the date sits in the
     text before any window)."""
@@ -203,7 +174,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.builds += 1
     if got is not None:
         state.windowed += 1
-        total, text, anchors, agreed, mark = got
+        total, text, anchors = got
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
             if full != text or count(full) != total:
@@ -214,8 +185,6 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         state.full += 1
         text = render_fn(dicts, True)
         total, anchors = count(text), {}
-    memo.replaced, memo.agreed = memo.builds - 1, agreed if got is not None else 0
-    memo.mark = mark if got is not None else None
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.stamp = stamp
     memo.pending = got is None and worth
@@ -223,7 +192,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
 
 
 def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]], text: str,
-          total: int, *, stamp: tuple[Any, ...] = ()) -> tuple[int, Text]:
+          total: int, *, stamp: tuple[Any, ...] = ()) -> tuple[int, str]:
     """Keep a render made whole without a generation prompt (a prefill of the last message) as the
     session's previous render: no anchor is taken from it (none ends where a generation prompt
     would start), so the next build renders whole too and finds anchors again."""
@@ -231,7 +200,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
         memo.head_text = None
     memo.builds += 1
     state.full += 1
-    memo.replaced, memo.agreed, memo.mark, memo.pending = memo.builds - 1, 0, None, False
+    memo.pending = False
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
     memo.stamp = stamp
     return total, text
@@ -239,7 +208,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
-              ) -> tuple[int, Text, dict[int, int], int, Mark] | None:
+              ) -> tuple[int, str, dict[int, int]] | None:
     if memo.tools is not tools and memo.tools != tools:
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
@@ -264,22 +233,12 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     gen = state.gen_suffix(render_fn, head)
     if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
         return None
-    text = rope.cut(memo.text, memo.anchors[at], whole)  # copies the window's piece, not the prompt
+    text = memo.text[:memo.anchors[at]] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
-    known = memo.mark[0] if memo.mark is not None and memo.mark[0] <= same else -1
-    begin = start(memo.text, same, known)  # the same piece start in both texts
-    tail = count(text[begin:])
-    total = memo.total - _tokens_from(memo, begin, known, count) + tail
+    begin = start(memo.text, same)  # the same piece start in both texts
+    total = memo.total - count(memo.text[begin:]) + count(text[begin:])
     anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
     anchors[end] = same
     anchors[len(dicts)] = len(text) - len(gen)
-    return total, text, anchors, same, (begin, tail)
+    return total, text, anchors
 
-
-def _tokens_from(memo: RenderMemo, begin: int, known: int, count: Callable[[str], int]) -> int:
-    """Tokens of ``memo.text`` from ``begin``, a piece start found scanning from ``known``: the
-    mark's own count where ``begin`` is the mark's piece start (a third of the windowed renders),
-    else counted (its pieces are cached)."""
-    if memo.mark is not None and begin == known == memo.mark[0]:
-        return memo.mark[1]
-    return count(memo.text[begin:])

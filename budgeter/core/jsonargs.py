@@ -46,8 +46,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def has_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate (which UTF-8 cannot encode). Checked by encoding,
-    which C does ~4x faster than the regex scans a 15 KB text; ASCII text is answered at once."""
+    """Whether ``text`` holds a lone surrogate (which UTF-8 cannot encode), checked by encoding in
+    C; ASCII text is answered at once."""
     if text.isascii():
         return False
     try:
@@ -64,7 +64,7 @@ def escape_surrogates(text: str) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads``, through orjson where it can (a 75 KB prompt body: ~0.15 ms instead of ~0.8).
+    """``json.loads``, through orjson where it can (prompt bodies: ``bench_proxy``).
     What orjson refuses and the standard library reads (a lone surrogate escape, NaN, 1e400) is
     read by the standard library, and so is a value where orjson may have read an integer past
     64 bits as the nearest float (it does so without a word): the result is the same either way."""
@@ -114,8 +114,8 @@ def loads_object(text: str) -> dict[str, Any] | None:
 
 
 def dumps_bytes(value: Any) -> bytes:
-    """Compact UTF-8 JSON, through orjson where it can (a 100 KB prompt in ~0.1 ms instead of
-    ~1 ms); what orjson refuses (a lone surrogate, an integer past 64 bits) goes through ``dumps``."""
+    """Compact UTF-8 JSON, through orjson where it can (prompt bodies: ``bench_proxy``); what
+    orjson refuses (a lone surrogate, an integer past 64 bits) goes through ``dumps``."""
     if orjson is not None:
         try:
             return orjson.dumps(value)
@@ -126,8 +126,7 @@ def dumps_bytes(value: Any) -> bytes:
 
 def dumps_compact(value: Any) -> str:
     """``dumps_bytes`` as text: the same text as ``dumps`` for values without floats (orjson
-    writes some floats in another form of the same number), ~4x sooner (a stored message: ~15
-    against ~60 us with the caches cold)."""
+    writes some floats in another form of the same number), for the messages a store keeps."""
     return dumps_bytes(value).decode()
 
 
@@ -137,27 +136,8 @@ def dumps_text(value: Any, **kw: Any) -> str:
 
 
 def dumps(value: Any) -> str:
-    """Canonical serialization: compact, UTF-8 (no \\u escapes but for lone surrogates). Through
-    orjson where the value holds no float (its text is then the standard library's, byte for
-    byte; floats it may write in another form of the same number): ~1 against ~5 us a call's
-    arguments. What orjson refuses (a lone surrogate, an integer past 64 bits, a key that is not
-    a string) goes through the standard library."""
-    if orjson is not None and not _holds_float(value):
-        try:
-            return orjson.dumps(value).decode()
-        except TypeError:
-            pass
+    """Canonical serialization: compact, UTF-8 (no \\u escapes but for lone surrogates)."""
     return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-def _holds_float(value: Any) -> bool:
-    return _any_leaf(value, _not_plain)
-
-
-def _not_plain(x: Any) -> bool:
-    """A float, or a type whose text only the standard library decides."""
-    kind = type(x)
-    return kind is not str and kind is not int and kind is not bool and x is not None
 
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
@@ -205,8 +185,7 @@ _TOKEN = re.compile(
 _STRING_BODY = re.compile(r'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*')
 """A JSON string's body up to its closing quote, or to where it stops being one (the cut). Runs of
 plain characters first, then each escape with the run after it: the same language as
-``(?:plain|escape)*``, which ``re`` walked one character per repetition (a cut 7K-char file body:
-112 against 24 us)."""
+``(?:plain|escape)*``, which ``re`` walked one character per repetition."""
 
 
 def viable_prefix(text: str) -> tuple[bool, str]:

@@ -1,19 +1,14 @@
-"""Memos for answers computed from objects that are never changed once made, and the one budget
-that bounds every process-wide memo able to hold message text.
+"""The one bounded cache (``CharMemo``), the memos built on it, and the one budget that bounds
+every process-wide memo able to hold message text.
 
 Builds meet the same objects turn after turn (a counter's template dict per message, a session's
 tools list, the messages a tokenizer library converted on an earlier build), so an answer derived
-from them can be looked up by their identity instead of being made again or hashed by content.
-The memo holds the objects themselves beside the answer, so an id is never reused while its entry
-lives; when the memo is full it is cleared and answers are made again.
-
-A memo keyed by messages keeps them alive after the session that held them was evicted from a
-replica's cache, so each such memo is bounded by the characters of text it holds (or refers to),
-counted as entries go in (a length per insert, no scan), not only by its entries. Every one of
-them takes the same budget, ``budget()`` characters, set once for the process by ``configure``
-(the server derives it from ``live_bytes``: ``sessions/replica.py``, ``memo_chars``); a memo made
-after ``configure`` takes the budget then in force, and ``configure`` resizes the ones that exist
-(clearing those over it).
+from them is looked up by value (``CharMemo``) or by their identity (``IdentityMemo``, ``Walks``,
+which hold the objects so that an id is never reused while its entry lives). A memo keyed by
+messages keeps them alive after their session was evicted from a replica's cache, so each is
+bounded by the characters it holds, counted as entries go in, against one budget: ``budget()``,
+set for the process by ``configure`` (from ``live_bytes``: ``sessions/replica.py``,
+``memo_chars``), which resizes the memos that exist too. A full memo is cleared.
 """
 
 from __future__ import annotations
@@ -59,18 +54,20 @@ def bounded() -> Iterator[Any]:
 
 
 class CharMemo(dict[K, V]):
-    """A dict memo keyed by value (a ``Message``), bounded by the characters its entries hold:
-    ``get`` is the dict's own (the hot path), ``put`` counts the entry's characters and clears the
-    memo first when they would go over the budget (an entry larger than the budget is not kept)."""
+    """The one bounded cache: a dict bounded by the characters its entries hold (the process-wide
+    budget) and, with ``limit``, by its entries. ``get`` is the dict's own (the hot path); ``put``
+    counts the entry's characters and clears the memo first when the entry would take it over
+    either bound (an entry larger than the budget is not kept)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 0) -> None:
         super().__init__()
         self.chars = 0
+        self.limit = limit or 1 << 62
         self.limit_chars = _chars
         _bounded.add(self)
 
-    def put(self, key: K, value: V, chars: int) -> V:
-        if self.chars + chars > self.limit_chars:
+    def put(self, key: K, value: V, chars: int = 1) -> V:
+        if self.chars + chars > self.limit_chars or len(self) >= self.limit:
             self.clear()
             if chars > self.limit_chars:  # larger than the whole budget: not kept
                 return value
@@ -87,21 +84,13 @@ class CharMemo(dict[K, V]):
 
 class IdentityMemo:
     """``get(objects, make, *args, key=...)``: ``make(*args)`` once per ``objects`` (by identity)
-    and ``key`` (by value). With ``size``, bounded by the summed ``size`` of the answers held
-    against the process-wide budget (characters); without it, by ``limit`` entries (memos of
-    objects that hold no message text: tool schemas)."""
+    and ``key`` (by value), held in a ``CharMemo`` (with the objects, so an id is never reused
+    while its entry lives). ``size``: the characters of an answer (default one); ``limit``:
+    entries."""
 
     def __init__(self, *, limit: int = 0, size: Callable[[Any], int] | None = None) -> None:
-        if size is None and limit <= 0:
-            raise ValueError("an IdentityMemo needs a size (characters) or a limit (entries)")
-        self._items: dict[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._items: CharMemo[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = CharMemo(limit)
         self._size = size
-        self.chars = 0
-        """The summed ``size`` of the answers held (with no ``size``: the entries)."""
-        self.limit_chars = limit
-        if size is not None:
-            self.limit_chars = _chars
-            _bounded.add(self)
 
     def get(self, objects: tuple[Any, ...], make: Callable[..., T], *args: Any,
             key: tuple[Hashable, ...] = ()) -> T:
@@ -110,22 +99,8 @@ class IdentityMemo:
         if hit is not None:  # its objects are held, so these ids are theirs
             return hit[1]  # type: ignore[no-any-return]
         out = make(*args)
-        n = self._size(out) if self._size is not None else 1
-        if self.chars + n > self.limit_chars:
-            self._items.clear()
-            self.chars = 0
-            if n > self.limit_chars:  # larger than the whole budget: not kept
-                return out
-        self._items[k] = (objects, out)
-        self.chars += n
+        self._items.put(k, (objects, out), self._size(out) if self._size is not None else 1)
         return out
-
-    def clear(self) -> None:
-        self._items.clear()
-        self.chars = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 LOOKBACK = 8
@@ -142,10 +117,6 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
 
 
-def _one(item: Any) -> int:
-    return 1
-
-
 class Walks(Generic[W]):
     """Recent walks over lists, by the identity of each list's last item: a build's request
     extends an earlier one of the same conversation and holds that one's last message a few
@@ -153,22 +124,18 @@ class Walks(Generic[W]):
     first messages converted once, so their first messages tell them apart less well.) The lists
     are kept with the walks, so an id stays its own while its walk is held.
 
-    Bounded by ``limit`` walks and by the budget, against the summed ``size`` of the items of the
-    lists held (characters of text; ``size``: one per item by default). A walk kept for a list that
+    Held in a ``CharMemo`` of ``limit`` walks, against the summed ``size`` of the items of the
+    lists held (characters of text). A walk kept for a list that
     extends all of the one ``find`` gave for it replaces that one (a conversation holds one walk,
     its latest), and its size is that one's plus its new items' (the hot path sizes only those).
     A walk of up to ``SHARED_START`` items stays: it may be the start several conversations share
     (one agent's system prompt and first messages), each to extend it."""
 
-    def __init__(self, limit: int = 1024, *, size: Callable[[Any], int] = _one) -> None:
-        self._items: dict[int, tuple[list[Any], W, int]] = {}
-        self._limit = limit
+    def __init__(self, limit: int = 1024, *, size: Callable[[Any], int]) -> None:
+        self._items: CharMemo[int, tuple[list[Any], W, int]] = CharMemo(limit)
         self._size = size
-        self.chars = 0
-        self.limit_chars = _chars
         self._found: tuple[Sequence[Any] | None, int, int] = (None, 0, 0)
         """The list ``find`` was given last, the key of the walk it found, and their shared items."""
-        _bounded.add(self)
 
     def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
         """The walk of the list ``items`` extends, and how many first items the two share (by
@@ -186,16 +153,13 @@ class Walks(Generic[W]):
     def keep(self, items: Sequence[Any], walk: W) -> None:
         size = self._superseded(items)
         key = id(items[-1])
+        self._drop(key)
+        self._items.put(key, (list(items), walk, size), size)
+
+    def _drop(self, key: int) -> None:
         old = self._items.pop(key, None)
         if old is not None:
-            self.chars -= old[2]
-        if len(self._items) >= self._limit or self.chars + size > self.limit_chars:
-            self._items.clear()
-            self.chars = 0
-            if size > self.limit_chars:  # larger than the whole budget: not kept
-                return
-        self._items[key] = (list(items), walk, size)
-        self.chars += size
+            self._items.chars -= old[2]
 
     def _superseded(self, items: Sequence[Any]) -> int:
         """The size of ``items``; the walk ``find`` gave for them, when they extend all of its
@@ -205,15 +169,7 @@ class Walks(Generic[W]):
         if found is items:
             held = self._items.get(key)
             if held is not None and shared == len(held[0]):
-                if shared > SHARED_START and self._items.pop(key, None) is not None:
-                    self.chars -= held[2]
+                if shared > SHARED_START:
+                    self._drop(key)
                 return held[2] + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))
-
-    def clear(self) -> None:
-        self._items.clear()
-        self.chars = 0
-        self._found = (None, 0, 0)
-
-    def __len__(self) -> int:
-        return len(self._items)

@@ -19,7 +19,6 @@ from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
 from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
-from budgeter.core.rope import Text
 from budgeter.core.typing import JSONDict, PromptCounter
 
 
@@ -98,7 +97,7 @@ class Context:
     """path -> history length when the caller declared snapshots of it stale (PlanEdits)."""
     total: int = 0
     """The exact count of the view as the last ``exact`` call (or the fit step) left it."""
-    text: Text = ""
+    text: str = ""
     """The rendered prompt that ``total`` counted ('' where the encoding has no text form)."""
     memo: RenderMemo | None = None
     """The session's previous render, so that a prompt extending it renders only its tail."""

@@ -24,8 +24,8 @@ from budgeter.wire import (  # noqa: F401 - re-exported: the servicer converts t
     STATUS_TO_STR,
     STR_TO_ROLE,
     STR_TO_STATUS,
-    _memo,
     message_from_pb,
+    message_json,
     message_to_pb,
     messages_from_pb,
 )
@@ -130,7 +130,7 @@ def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
 def body_json(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
     """``{"messages":[...],"tools":[...]}`` as compact JSON, joined from memoized message texts (no
     ``tools`` key when ``tools`` is empty)."""
-    out = '{"messages":[' + ",".join([_memo.text(m) for m in messages]) + "]"
+    out = '{"messages":[' + ",".join([message_json(m) for m in messages]) + "]"
     if tools:
         out += ',"tools":' + dumps_compact(list(tools))
     return out + "}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -104,9 +103,6 @@ if ms > 0 then redis.call('PEXPIRE', KEYS[2], ms) end
 return n - 1
 """
 
-SCRIPTS_CLIENT = "budgeter-scripts"
-"""The name (CLIENT LIST) of the connections that RPC threads hold for the per-turn scripts."""
-
 PUT_PAYLOADS = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 2))
@@ -131,15 +127,6 @@ def connect(url: str) -> Any:
 
         return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **opts)
     return redis.Redis.from_url(url, **opts)
-
-
-class _Conns(dict[str, Any]):
-    """A thread's script connections by node, closed when the thread ends (left to the garbage
-    collector, a Cluster node's connection was found with its socket still open)."""
-
-    def __del__(self) -> None:
-        for conn in self.values():
-            conn.disconnect()
 
 
 class RedisStore:
@@ -167,11 +154,7 @@ class RedisStore:
                                f"connection's read timeout is {SOCKET_TIMEOUT:g} s)", field="durability_timeout")
         self._wait_ms = max(1, int(durability_timeout * 1000))
         self._slots = redis_ha.SlotMap(client)
-        self._own = threading.local()
-        self._owned: weakref.WeakSet[Any] = weakref.WeakSet()
-        """The threads' script connections, for ``close``; a thread's goes (and its socket closes)
-        with the thread, as the proxy's worker threads come and go."""
-        self._owned_lock = threading.Lock()
+        self._level_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> RedisStore:
@@ -186,7 +169,7 @@ class RedisStore:
     def durability(self) -> str:
         """The level appends are acknowledged at (``redis_ha``), settled at the first call."""
         if self._level is None:
-            with self._guard(trips=0), self._owned_lock:
+            with self._guard(trips=0), self._level_lock:
                 self._level = self._level or redis_ha.resolve(self.client, self._asked,
                                                               replicas=self._replicas)
         return self._level
@@ -208,32 +191,34 @@ class RedisStore:
     def _script(self, script: Any, *, keys: Sequence[str], args: Sequence[Any],
                 durable: Callable[[Any], bool] | None = None) -> Any:
         """``script(keys=..., args=...)`` as one EVALSHA (loaded again where Redis lost it), on a
-        connection of the calling thread's own to the node that owns ``keys[0]``.
-
-        The scripts run every turn (the append, the payloads), so they go straight through
-        redis-py's ``Connection``, without the client's pool, retry and observability layers (70
-        against 98 us of CPU a call, in a turn), and a durable write must be waited for on the
-        connection that made it. ``durable(reply)``: whether the reply acknowledges a write that
+        pooled connection to the node that owns ``keys[0]``, held until a durable write has been
+        waited for on it (the connection that made it). ``durable(reply)``: whether the reply acknowledges a write that
         must reach the replicas first (``redis_ha.await_replicas``). A connection error or a
         Cluster redirection before the reply sends the script again (after a refresh of the slot
         map), three times with backoff; one while waiting for replicas does not (the caller retries
         with its request_id)."""
         level = self.durability if durable is not None else "primary"
-        for attempt in range(4):
-            conn = self._connection(keys[0])
+        attempt = 0
+        while True:
+            pool = self._pool(keys[0])
+            conn = pool.get_connection()
             try:
-                reply = self._evalsha(conn, script, keys, args)
-                break
-            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MovedError,
-                    redis.exceptions.AskError) as exc:
-                conn.disconnect()
-                self._slots.refresh(exc)
-                if attempt == 3:
-                    raise
-                time.sleep(0.05 * 2 ** attempt)
-        if durable is not None and durable(reply):
-            redis_ha.await_replicas(conn, level, replicas=self._replicas, timeout_ms=self._wait_ms)
-        return reply
+                try:
+                    reply = self._evalsha(conn, script, keys, args)
+                except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MovedError,
+                        redis.exceptions.AskError) as exc:
+                    conn.disconnect()
+                    self._slots.refresh(exc)
+                    if attempt == 3:
+                        raise
+                    time.sleep(0.05 * 2 ** attempt)
+                    attempt += 1
+                    continue
+                if durable is not None and durable(reply):
+                    redis_ha.await_replicas(conn, level, replicas=self._replicas, timeout_ms=self._wait_ms)
+                return reply
+            finally:
+                pool.release(conn)
 
     @staticmethod
     def _evalsha(conn: Any, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -246,24 +231,11 @@ class RedisStore:
             conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
             return conn.read_response()
 
-    def _connection(self, key: str) -> Any:
-        """The calling thread's script connection to the node that owns ``key`` (a single Redis:
-        the one node)."""
+    def _pool(self, key: str) -> Any:
+        """The connection pool of the node that owns ``key`` (a single Redis: the one node)."""
         if redis_ha.is_cluster(self.client):
-            node = self.client.get_node_from_key(key)
-            name, pool = node.name, self.client.get_redis_connection(node).connection_pool
-        else:
-            name, pool = "", self.client.connection_pool
-        conns = getattr(self._own, "conns", None)
-        if conns is None:
-            conns = self._own.conns = _Conns()
-        conn = conns.get(name)
-        if conn is None:
-            kwargs = {**pool.connection_kwargs, "client_name": SCRIPTS_CLIENT}
-            conn = conns[name] = pool.connection_class(**kwargs)
-            with self._owned_lock:
-                self._owned.add(conn)
-        return conn
+            return self.client.get_redis_connection(self.client.get_node_from_key(key)).connection_pool
+        return self.client.connection_pool
 
     @staticmethod
     def _not_found(session_id: str) -> SessionNotFound:
@@ -439,22 +411,4 @@ class RedisStore:
         self.durability  # noqa: B018 - settled at start-up (the first ping), not at the first write
 
     def close(self) -> None:
-        with self._owned_lock:
-            owned = list(self._owned)
-            self._owned.clear()
-        for conn in owned:
-            conn.disconnect()
         self.client.close()
-
-
-def wait_until_up(store: RedisStore, *, timeout: float = 5.0) -> None:
-    """Poll until Redis answers (used at start-up and by tests)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            store.ping()
-            return
-        except StoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)

@@ -4,8 +4,8 @@ One connection guarded by a lock: SQLite serialises writers anyway, and each app
 ``BEGIN IMMEDIATE`` transaction, so a crash leaves either the whole batch or none of it.
 
 Checkpoints (copying the write-ahead log into the database, with an fsync) run on a thread of
-their own every ``checkpoint_interval`` seconds, not inside a commit: SQLite's automatic one ran
-in whichever commit crossed 1,000 pages and made it take 5-18 ms here instead of ~0.03 ms.
+their own every ``checkpoint_interval`` seconds, not inside a commit: SQLite's automatic one runs
+in whichever commit crosses 1,000 pages and stalls it (``bench_durability``).
 """
 
 from __future__ import annotations

@@ -14,16 +14,16 @@ TEXTS = ["alpha beta<|im_end|>gamma", "alpha beta<|im_end|>delta<|im_start|>epsi
 
 def test_a_full_cache_never_loses_the_pieces_being_counted(tiny_bpe_path):
     """With room for three pieces, counting a text whose first pieces are cached and whose last
-    are not evicts half the cache first: the count still covers every piece (it used to evict the
-    text's own cached pieces after finding what was missing, then fail to look them up)."""
+    are not clears the cache on the way: the count still covers every piece (the cached ones are
+    read before the new ones are kept)."""
     tok = HFTokenizer.from_file(tiny_bpe_path, name="tiny")
     small, reference = PieceCounter(tok, max_pieces=3), PieceCounter(tok)
     for _ in range(3):
         for text in TEXTS:
             assert small.count(text) == reference.count(text)
     for text in TEXTS:
-        assert small.counted(text) == (reference.count(text), reference.piece_counts(text))
-    assert len(small._cache) <= 3 + max(len(small.ordinary(t)) for t in TEXTS)
+        assert small.counted(text) == (reference.count(text), reference.counted(text)[1])
+    assert len(small._cache) <= 3
 
 
 def test_counted_is_count_and_piece_counts(tiny_bpe_path):
@@ -31,15 +31,14 @@ def test_counted_is_count_and_piece_counts(tiny_bpe_path):
     for text in [*TEXTS, "", "<|im_end|>", "plain text, no special token"]:
         total, counts = counter.counted(text)
         assert total == counter.count(text)
-        assert counts == counter.piece_counts(text) and len(counts) == len(counter.ordinary(text))
+        assert len(counts) == len(counter.ordinary(text))
         assert total == sum(counts) + text.count("<|im_end|>") + text.count("<|im_start|>")
 
 
-@given(st.text(alphabet="ab上", max_size=30), st.text(alphabet="ab上", max_size=30), st.integers(0, 40))
-def test_shared_prefix_from_a_known_length_equals_a_plain_comparison(a, b, known):
+@given(st.text(alphabet="ab上", max_size=30), st.text(alphabet="ab上", max_size=30))
+def test_shared_prefix_is_a_plain_comparison(a, b):
     plain = shared_prefix(a, b)
     assert a[:plain] == b[:plain] and (plain == min(len(a), len(b)) or a[plain] != b[plain])
-    assert shared_prefix(a, b, known=min(known, plain)) == plain
 
 
 def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
@@ -58,10 +57,10 @@ def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
                                  "x" * 100]), max_size=40),
        st.booleans(), st.data())
 def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, parts, delimited, data):
-    """Where a piece starts, from a guess or from a known piece start, is where the split of the
-    whole text says: also where a position falls between the two newlines of one ``\\n\\n`` token
-    (cut there, the text would end with a one-newline token), and with a delimiter, where the scan
-    starts at the last one before the position; a mark gives the same count."""
+    """Where a piece starts is where the split of the whole text says: also where a position falls
+    between the two newlines of one ``\\n\\n`` token (cut there, the text would end with a
+    one-newline token), and with a delimiter, where the scan starts at the last one before the
+    position."""
     from tokenizers import AddedToken, Tokenizer
 
     hf = Tokenizer.from_file(tiny_bpe_path)
@@ -73,11 +72,9 @@ def test_piece_start_and_tokens_after_follow_the_whole_split(tiny_bpe_path, part
     chars = data.draw(st.integers(0, len(text)))
     start = _reference_start(counter, text, chars)
     assert counter.piece_start(text, chars) == start
-    known = data.draw(st.sampled_from(sorted({0, *(_reference_start(counter, text, p) for p in range(chars + 1))})))
-    assert counter.piece_start(text, chars, known=known) == start
     after = counter.count(text[start:]) if chars < len(text) else 0
     assert counter.tokens_after(text, chars) == after
-    assert counter.tokens_after(text, chars, mark=(known, counter.count(text[known:]))) == after
+    assert counter.tokens_after(text, chars, total=counter.count(text)) == after
 
 
 def _with_tokens(path: str, *tokens: str, lstrip: tuple[str, ...] = ()) -> HFTokenizer:
@@ -112,17 +109,17 @@ def test_the_delimiter_is_the_most_frequent_special_token_no_other_overlaps(tiny
 @given(st.lists(st.sampled_from(["a", "b c", " ", "\n", "<|im_start|>", "<|im_end|>", "<|im_", "start|>",
                                  "<x>", "\n\n", "|>"]), max_size=40))
 def test_a_delimited_count_is_the_whole_split_count(tiny_bpe_path, parts):
-    """Cut at the delimiter, counted by segments (cached from a lone count or not), a text counts
+    """Cut at the delimiter, counted by segments (cached or not), a text counts
     as its whole split counts, and its pieces' counts are the same: also beside whitespace-absorbing
     tokens and newline tokens."""
     tok = _with_tokens(tiny_bpe_path, "<x>", "\n", "\n\n", lstrip=("<x>",))
-    whole, cut = PieceCounter(tok), PieceCounter(tok, max_segment_chars=40)
+    whole, cut = PieceCounter(tok), _small(tok)
     assert cut.delimit("<|im_start|>a<|im_end|><|im_start|>b") == "<|im_start|>"
     text = "".join(parts)
     fresh = PieceCounter(tok)
     fresh.delimit("<|im_start|>")
-    assert fresh.counted(text) == whole.counted(text)  # segments learnt from a lone count...
-    assert fresh.count(text) == cut.count(text) == whole.count(text)  # ...and from a count
+    assert fresh.counted(text) == whole.counted(text)
+    assert fresh.count(text) == cut.count(text) == whole.count(text)
     assert cut._segments.chars == sum(map(len, cut._segments)) <= 40
     assert all(len(segment) <= 10 for segment in cut._segments)  # a quarter of the room at most
 
@@ -135,17 +132,23 @@ def test_a_delimiter_that_the_position_cuts_is_not_where_the_scan_starts(tiny_bp
     text = "a<|im_end|>" + "x" * 300 + "<|im_start|>b"
     for chars in range(len(text) - 10, len(text)):
         expected = _reference_start(counter, text, chars)
-        assert counter.piece_start(text, chars) == counter.piece_start(text, chars, known=0) == expected
+        assert counter.piece_start(text, chars) == expected
+
+
+def _small(tok, chars=40):
+    """A counter whose segment memo holds ``chars`` characters."""
+    counter = PieceCounter(tok)
+    counter._segments.limit_chars = chars
+    return counter
 
 
 def test_the_segment_counts_kept_stay_within_their_room(tiny_bpe_path):
-    """Many short segments kept first and long ones after: dropping the oldest half does not make
-    room for the next long one, so older ones go until it fits; a segment longer than a quarter of
-    the room is counted and not kept."""
-    counter = PieceCounter(HFTokenizer.from_file(tiny_bpe_path, name="tiny"), max_segment_chars=40)
+    """Segments are kept until the next would take the memo over its room, which is then cleared;
+    a segment longer than a quarter of the room is counted and not kept."""
+    counter = _small(HFTokenizer.from_file(tiny_bpe_path, name="tiny"))
     assert counter.delimit("<|im_start|>a<|im_start|>b") == "<|im_start|>"
     texts = [*"bcdefg", "h" * 9, "i" * 9, "j" * 9, "k" * 7, "l" * 10, "m" * 11]
     for text in texts:
         assert counter.count(text) == PieceCounter(counter.tokenizer).count(text)
         assert counter._segments.chars == sum(map(len, counter._segments)) <= 40
-    assert list(counter._segments) == ["i" * 9, "j" * 9, "k" * 7, "l" * 10]
+    assert list(counter._segments) == ["l" * 10]  # cleared for it; "m" * 11 is over a quarter

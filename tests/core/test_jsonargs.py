@@ -126,23 +126,6 @@ _PLAIN_JSON = st.recursive(
     max_leaves=12)
 
 
-@given(_PLAIN_JSON)
-def test_dumps_is_the_standard_librarys_text_whichever_way_it_goes(value):
-    """``dumps`` goes through orjson where a value holds no float: its text must be the canonical
-    text the standard library makes (prompts and handles depend on it), surrogates and 64-bit
-    overflow included (those fall back)."""
-    from budgeter.core.jsonargs import dumps, escape_surrogates
-
-    assert dumps(value) == escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-def test_dumps_leaves_floats_and_other_types_to_the_standard_library():
-    from budgeter.core.jsonargs import dumps
-
-    assert dumps({"a": [1e16, 0.1, -0.0]}) == '{"a":[1e+16,0.1,-0.0]}'
-    assert dumps({1: "x", "t": (1, 2)}) == '{"1":"x","t":[1,2]}'
-
-
 @given(st.dictionaries(st.text(_ANY_CHAR, max_size=6), _PLAIN_JSON, min_size=1, max_size=4),
        st.booleans(), st.data())
 def test_every_cut_of_an_object_is_seen_as_cut_and_the_whole_as_complete(value, ascii_only, data):

@@ -23,6 +23,10 @@ def test_a_char_memo_clears_before_going_over(budget):
         m.put(f"k{k}", k, 7)
         assert m.chars == 7 * len(m) <= budget
     assert len(m) < 30 and m.limit_chars == budget
+    few: CharMemo[str, int] = CharMemo(3)
+    for k in range(10):
+        few.put(f"k{k}", k)
+        assert len(few) <= 3
 
 
 def test_an_identity_memo_counts_its_answers_sizes(budget):
@@ -30,7 +34,7 @@ def test_an_identity_memo_counts_its_answers_sizes(budget):
     keys = [object() for _ in range(30)]
     for k in keys:
         assert m.get((k,), lambda: "x" * 9) == "x" * 9
-        assert m.chars == 9 * len(m) <= budget
+        assert m._items.chars == 9 * len(m._items) <= budget
 
 
 def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
@@ -43,13 +47,13 @@ def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
             items = one[:end]  # (the same list to find and keep, as a build passes its request)
             assert w.find(items) == ((end - 1, end - 1) if end > 20 else (None, 0))
             w.keep(items, end)
-            assert len(w) == 1 and w.chars == 9 * end
+            assert len(w._items) == 1 and w._items.chars == 9 * end
         two = [f"two {k:05}" for k in range(200)]
         for end in range(20, 200, 10):  # another conversation, longer than the budget holds
             items = two[:end]
             w.find(items)
             w.keep(items, end)
-            assert w.chars <= 1000
+            assert w._items.chars <= 1000
         assert w.find(one[:30]) == (None, 0)  # cleared on the way
     finally:
         memo.configure(before)

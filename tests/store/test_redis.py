@@ -10,7 +10,7 @@ from redis.crc import key_slot
 
 from budgeter.errors import StoreUnavailable
 from budgeter.store import SessionRecord, open_store
-from budgeter.store.redis import SCRIPTS_CLIENT, RedisStore
+from budgeter.store.redis import RedisStore
 
 
 def test_every_key_of_a_session_shares_one_slot(redis_url):
@@ -71,8 +71,8 @@ def _clients(url: str, name: str | None = None) -> int:
 
 
 def test_scripted_writes_survive_their_connection_being_cut(private_redis):
-    """The per-turn scripts go out on a connection of the calling thread's own: when Redis cuts it
-    (a timeout, a proxy, CLIENT KILL), the next write reconnects and is stored exactly once."""
+    """When Redis cuts the connection a script goes out on (a timeout, a proxy, CLIENT KILL), the
+    next write reconnects and is stored exactly once."""
     import redis
 
     store = open_store(private_redis.url)
@@ -89,38 +89,26 @@ def test_scripted_writes_survive_their_connection_being_cut(private_redis):
     store.close()
 
 
-def test_threads_append_on_their_own_connections_and_close_releases_them(private_redis):
+def test_threads_append_at_once_and_close_releases_their_connections(private_redis):
     import threading
 
     store = open_store(private_redis.url)
     records = [SessionRecord(f"s{i}", uuid.uuid4().hex, "{}", time.time()) for i in range(4)]
     for rec in records:
-        store.create(rec)  # this thread's scripts: its own connection
+        store.create(rec)
     start = threading.Barrier(len(records))
-    written = threading.Barrier(len(records) + 1, timeout=30)
-    release = threading.Event()
-    errors: list[BaseException] = []
 
     def write(rec: SessionRecord) -> None:
-        try:
-            start.wait()
-            for j in range(25):
-                store.append(rec.id, [f"{rec.id}-{j}"], incarnation=rec.incarnation, request_id=f"r{j}",
-                             fingerprint=f"f{j}", result="")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        written.wait()
-        release.wait(30)  # alive (and holding its connection) until counted
+        start.wait()
+        for j in range(25):
+            store.append(rec.id, [f"{rec.id}-{j}"], incarnation=rec.incarnation, request_id=f"r{j}",
+                         fingerprint=f"f{j}", result="")
 
     threads = [threading.Thread(target=write, args=(rec,)) for rec in records]
     for t in threads:
         t.start()
-    written.wait()
-    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1 + len(records)  # one per writing thread
-    release.set()
     for t in threads:
         t.join()
-    assert not errors
     for rec in records:
         info, stored = store.read(rec.id)
         assert info.version == 25 and stored == [f"{rec.id}-{j}" for j in range(25)]
@@ -129,27 +117,3 @@ def test_threads_append_on_their_own_connections_and_close_releases_them(private
     while _clients(private_redis.url) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _clients(private_redis.url) == 0
-
-
-def test_a_finished_thread_s_script_connection_closes_with_it(private_redis):
-    """Threads that come and go (the proxy's worker threads) do not leave connections behind."""
-    import gc
-    import threading
-
-    store = open_store(private_redis.url)
-    rec = SessionRecord("s", uuid.uuid4().hex, "{}", time.time())
-    store.create(rec)  # this thread's connection stays
-    for j in range(3):
-        t = threading.Thread(target=store.append, args=("s", [f"m{j}"]),
-                             kwargs=dict(incarnation=rec.incarnation, request_id=f"r{j}",
-                                         fingerprint=f"f{j}", result=""))
-        t.start()
-        t.join()
-    del t
-    gc.collect()
-    deadline = time.monotonic() + 5
-    while _clients(private_redis.url, SCRIPTS_CLIENT) > 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _clients(private_redis.url, SCRIPTS_CLIENT) == 1
-    assert store.read("s")[1] == ["m0", "m1", "m2"]
-    store.close()

@@ -175,8 +175,6 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     run, whether it was answered or resolved) and of the two items, so most builds only look up
     the failures they collapsed before."""
     log = ctx.log
-    memo = log.memo.setdefault("tidy_failures", {})
-    latest = log.memo.setdefault("tidy_failures_latest", {})  # per failed call: its last lookup
     answered = log.answered(f.ref)
     # pressure changes only a failure kept verbatim (not answered yet): for the others a compacting
     # build finds the collapse the build before it made, instead of making it again
@@ -184,17 +182,10 @@ def _collapse_memo(call_item: Item, result_item: Item, f: Failure, ctx: Context,
     state = (f.ref, len(_run(f, log)), answered, log.resolved_by.get(f.ref), pressed, log.failed_by.get(f.ref),
              log.repeated.get(f.ref),
              ctx.policy.keep_latest_failure, ctx.policy.stub_keep_error_chars)
-    last = latest.get(f.ref)  # the same items as last build (most builds): no hashing of items
-    if last is not None and last[1] is call_item and last[2] is result_item and last[0] == state:
-        hit = last[3]
-    else:
-        key = (state, call_item, result_item)
-        hit = memo.get(key)
-        if hit is None:
-            if len(memo) > 20_000:
-                memo.clear()
-            hit = memo[key] = _collapse(call_item, result_item, f, ctx, pressed=pressed)
-        latest[f.ref] = (state, call_item, result_item, hit)
+    key = (state, call_item, result_item)
+    hit = log.collapsed.get(key)
+    if hit is None:
+        hit = log.collapsed.put(key, _collapse(call_item, result_item, f, ctx, pressed=pressed))
     ctx.payloads.update(hit[3])
     changed = (hit[0] is not call_item and hit[0] != call_item) or (hit[1] is not result_item and hit[1] != result_item)
     return hit[0], hit[1], hit[2] if changed else None
