@@ -42,21 +42,9 @@ class JinjaFormat:
         from the ``ChainMap`` jinja keeps them in (the template's over the environment's, which
         nothing changes after compiling) that copy runs as Python code: 5.5-7 us of a render,
         a third of a short one."""
-        self._traced: JinjaFormat | None = None
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
-
-    def tracing(self) -> JinjaFormat | None:
-        """A copy of this format whose template traces stand-in fields (``core/frames.py``); None where
-        the template cannot be traced (it reads the clock, or tests ``x in y`` on a non-literal)."""
-        if self._traced is None:
-            if "strftime_now" in self.source or reads_with_in(self.source, self._template.environment):
-                return None
-            traced = JinjaFormat(self.source, name=self.name, variables=self._variables, dynamic=self.dynamic)
-            trace_environment(traced._template)
-            self._traced = traced
-        return self._traced
 
     def _needs_object_arguments(self) -> bool:
         def call(arguments: Any) -> list[dict[str, Any]]:
@@ -244,94 +232,6 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
     env.getattr = getattr_
     env.call = call
     env._budgeter_fast = True
-
-
-_STRUCTURAL = frozenset({"length", "count", "first", "last", "reverse", "list", "items"})
-"""Filters that only count, reorder or hand back the items of a container (``messages|length``):
-a stand-in among the items is never read, and a stand-in as the value itself is read only through
-its own refusing methods (``len``, iteration, slicing)."""
-
-
-def trace_environment(template: Any) -> None:
-    """Make a compiled template (its own environment, not shared) trace ``Sym`` values."""
-    from jinja2.runtime import Macro
-
-    from budgeter.core.frames import Sym, Untraceable, holds, joined
-
-    env = template.environment
-
-    def value_only(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            passed = getattr(fn, "jinja_pass_arg", None)
-            rest = args[2:] if passed is not None else args[1:]  # (context/environment,) value, ...
-            if holds(rest) or holds(kwargs):
-                raise Untraceable(f"a field is an argument of {name}")
-            return fn(*args, **kwargs)
-        return run
-
-    def refusing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if holds(args) or holds(kwargs):
-                raise Untraceable(f"a field is read by {name}")
-            return fn(*args, **kwargs)
-        return run
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in ("trim", "string"):  # str.strip of the value (modeled), the value itself
-            return value_only(name, fn)
-        if name in _STRUCTURAL:
-            return fn
-        return refusing(name, fn)
-
-    env.filters = {name: wrap(name, fn) for name, fn in env.filters.items()}
-    typed = {"string", "mapping", "defined", "undefined", "none", "number", "boolean", "true", "false",
-             "iterable", "sequence"}  # by the value's type (or identity), never its text
-
-    def by_type(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(value: Any, *args: Any) -> Any:
-            if holds(args):
-                raise Untraceable("a field is an argument of a test")
-            return fn("x" if isinstance(value, Sym) else value, *args)  # any string answers alike
-        return run
-
-    env.tests = {name: by_type(fn) if name in typed else refusing(name, fn) for name, fn in env.tests.items()}
-    call = env.call
-    namespace = env.globals.get("namespace", object())
-
-    def traced_call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        if (isinstance(getattr(obj, "__self__", None), Sym) or type(obj) is Macro or obj is namespace
-                or not (holds(args) or holds(kwargs))):
-            return call(context, obj, *args, **kwargs)
-        raise Untraceable("a field is an argument of a call")
-
-    env.call = traced_call
-
-    def concat(items: Any) -> str:
-        parts = list(items)
-        if any(isinstance(p, Sym) for p in parts):
-            return joined(parts)
-        return "".join(parts)
-
-    env.concat = concat
-    template.root_render_func.__globals__["str"] = lambda x: x if isinstance(x, Sym) else str(x)
-
-
-def reads_with_in(source: str, env: Any) -> bool:
-    """Whether the template tests ``x in y`` (or ``not in``) with anything but a literal as ``x``
-    (``field in "literal"`` is decided in C, unseen by a trace)."""
-    from jinja2 import nodes
-
-    tree = env.parse(source)
-    for compare in tree.find_all(nodes.Compare):
-        left = compare.expr
-        for operand in compare.ops:
-            if operand.op in ("in", "notin") and not isinstance(left, nodes.Const):
-                return True
-            left = operand.expr
-    return False
 
 
 def _plain_errors(env: Any) -> None:
