@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from budgeter.tokenizers.promoted import promoted
-from budgeter.tokenizers.twin import _byte_alphabet, ranked_twin, state, twin
+from budgeter.tokenizers.twin import _byte_alphabet, state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -128,23 +128,16 @@ def promoted_ranks(ranks: dict[bytes, int], specials: dict[str, int]) -> dict[st
 
 
 class TiktokenTokenizer:
-    """A tiktoken vocabulary, counted by its fastokens twin where one is made (``ranked_twin``;
-    ``odd``: the vocabulary's odd tokens, from ``odd.py``), else by tiktoken."""
+    """A tiktoken vocabulary, counted by tiktoken."""
 
-    def __init__(self, encoding: Any, *, name: str, odd: tuple[str, ...] = ()) -> None:
+    def __init__(self, encoding: Any, *, name: str) -> None:
         self.name = name
         self._enc = encoding
         self.specials = tuple(encoding.special_tokens_set)
         self._pattern = _alternation(self.specials)
-        ranks, pattern = getattr(encoding, "_mergeable_ranks", None), getattr(encoding, "_pat_str", None)
-        found = ranked_twin(ranks, pattern, encoding.encode_ordinary, odd) if ranks and pattern else None
-        self._fast = found[0] if found is not None else None
-        self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
-                     else "count backend: tiktoken")
+        self.note = "count backend: tiktoken"
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if self._fast is not None:
-            return list(map(self._fast, texts))
         enc = self._enc.encode_ordinary
         return [len(enc(t)) for t in texts]
 

@@ -1,17 +1,15 @@
-"""fastokens twins: the same counts as a vocabulary's own library, from a faster one.
+"""The fastokens twin of a ``tokenizer.json``: the same counts as Hugging Face's, from a faster library.
 
 fastokens is a Rust reimplementation of Hugging Face's pipeline. Handed a ``tokenizer.json``
-(``twin``), or a tiktoken vocabulary's ranks (``ranked_twin``), it counts only after its ids equal
-the vocabulary's own on a built-in corpus (code, prose, numbers, whitespace runs, many scripts,
-emoji, combining marks) and on a sample of the vocabulary's own tokens; where it refuses or
-differs, the vocabulary's own library counts.
+(``twin``), it counts only after its ids equal Hugging Face's on a built-in corpus (code, prose,
+numbers, whitespace runs, many scripts, emoji, combining marks) and on a sample of the
+vocabulary's own tokens; where it refuses or differs, Hugging Face tokenizers counts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -170,108 +168,6 @@ def _fastokens(tok: Any, pieces: Pieces) -> Counter | None:
     except Exception:  # text it refuses
         return None
     return Renewing(make, fast)
-
-
-def odd_tokens(ranks: dict[bytes, int]) -> list[bytes]:
-    """The tokens that their own bytes do not make by merging tokens of lower rank (merging, as
-    tiktoken does, the adjacent pair whose merged bytes have the lowest rank, and only below the
-    token's own rank), in rank order. tiktoken makes such a token from a whole piece of text that
-    is it, or by way of a merge of higher rank; a BPE that knows a merge per token (Hugging Face's,
-    fastokens) never makes it. Slow (seconds for a large vocabulary): lists are made once, kept in
-    ``odd.py`` and checked by a test."""
-    out = []
-    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
-        parts = [token[i:i + 1] for i in range(len(token))]
-        while len(parts) > 2:
-            best, at = rank, -1
-            for i in range(len(parts) - 1):
-                made = ranks.get(parts[i] + parts[i + 1])
-                if made is not None and made < best:
-                    best, at = made, i
-            if at < 0:
-                break
-            parts[at:at + 2] = [parts[at] + parts[at + 1]]
-        if len(parts) > 2:
-            out.append(token)
-    return out
-
-
-def ranked_twin(ranks: dict[bytes, int], pattern: str, ids: Callable[[str], list[int]],
-                odd: tuple[str, ...] = ()) -> tuple[Counter, str] | None:
-    """A counter equal to a tiktoken vocabulary's (``ids``: tiktoken's ordinary encoding), from
-    fastokens, which makes a merge per token from the ranks (9-14x as fast as tiktoken here; 3.4x
-    for Qwen3.6 with the check for its odd tokens).
-    fastokens refuses a vocabulary with an odd token (``odd_tokens``): ``odd`` lists them, and
-    each token whose bytes hold one is stood in for by a run of b"\\xff" (never in UTF-8 text; each
-    run merges from the shorter one, so the stand-ins keep the ids contiguous and every merge
-    valid). Text that holds an odd token is counted by tiktoken. None where fastokens is absent
-    or refuses the vocabulary, or where its ids differ from ``ids`` on the corpus, a sample of the
-    vocabulary's own tokens as text or the odd tokens in context."""
-    try:
-        import fastokens
-    except ImportError:  # pragma: no cover - a core dependency
-        return None
-    import base64
-    import tempfile
-
-    held = re.compile(b"|".join(re.escape(o.encode()) for o in odd)).search if odd else None
-    stood = sorted(rank for token, rank in ranks.items() if held is not None and held(token))
-    stand = {rank: b"\xff" * (k + 2) for k, rank in enumerate(stood)}
-    if any(b in ranks for b in stand.values()) or (stood and ranks.get(b"\xff", stood[0]) >= stood[0]):
-        return None
-    ordered = sorted(ranks.items(), key=lambda item: item[1])
-    if [rank for _, rank in ordered] != list(range(len(ordered))):
-        return None
-    data = b"".join(base64.b64encode(stand.get(rank, token)) + b" %d\n" % rank for token, rank in ordered)
-
-    def make() -> Any:
-        with tempfile.NamedTemporaryFile(suffix=".tiktoken") as file:
-            file.write(data)
-            file.flush()
-            return fastokens.Tokenizer.from_tiktoken(file.name, pattern=pattern, special_tokens={})
-
-    try:
-        fast = make()
-    except Exception:  # a vocabulary or pattern it refuses (an odd token not listed), no temporary file
-        return None
-    encode = fast.encode_ordinary
-    guard = _holding(odd) if odd else None
-    exact = ids
-    renewing = Renewing(make, fast)
-
-    def count(text: str) -> int:
-        if guard is not None and guard(text):
-            return len(exact(text))
-        return renewing(text)
-
-    sample = [token.decode("utf-8", "replace") for token, _ in ordered[:: max(1, len(ordered) // SAMPLED)]]
-    checked = [*CORPUS, *sample, *(f"{o}{o} x{o}。{o[::-1]}" for o in odd)]
-    try:
-        if any(count(text) != len(ids(text)) or (guard is None or not guard(text)) and encode(text).ids != ids(text)
-               for text in checked):
-            return None
-    except Exception:  # text it refuses
-        return None
-    note = "fastokens twin of the tiktoken vocabulary"
-    return count, note + (f" (tiktoken for text holding one of its {len(odd)} odd tokens)" if odd else "")
-
-
-def _holding(odd: tuple[str, ...]) -> Callable[[str], bool]:
-    """Whether a text may hold one of ``odd``: each token's letters without the spaces around
-    them, found in one pass of an Aho-Corasick automaton (ahocorasick-rs's DFA: ~4 ns a
-    character, where an ``in`` scan per ASCII token cost ~13 and a regex alternation of the
-    others ~60 over text that is not all ASCII, several times fastokens' count). It answers
-    True for a superset of the texts that hold one: those go to tiktoken, which counts any
-    text exactly."""
-    import ahocorasick_rs
-
-    words = sorted({o.strip() or o for o in odd})
-    find = ahocorasick_rs.AhoCorasick(words, implementation=ahocorasick_rs.Implementation.DFA).find_matches_as_indexes
-
-    def holds(text: str) -> bool:
-        return bool(find(text))
-
-    return holds
 
 
 CORPUS = (

