@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -54,17 +53,14 @@ log = logging.getLogger("budgeter.counting")
 
 
 class Renewing:
-    """A fastokens tokenizer's count, set up in each thread and made again now and then.
+    """A fastokens tokenizer's count, set up in each thread that counts and made again now and then.
 
-    - Set up: a fastokens tokenizer's first long call in a thread took ~150x its usual time
-      (~2 us a character over 200K characters of sessions, against ~13 once set up), and a gRPC
-      replica's workers ran slower than tiktoken had; each thread counts ``CORPUS`` with each
-      tokenizer first (~4 ms; ~32 MB RSS a thread).
-    - Renewed: fastokens keeps every word it has merged in a cache that only grows (~100 bytes a
-      distinct word: 48 MB for 500K random words); after ``RENEW_CHARS`` characters a fresh
-      tokenizer is made from the same source in a background thread and replaces it (the old one
-      and its cache are freed when the last count using it ends). Made from the same JSON or
-      ranks, it gives the same ids."""
+    - Set up: a thread counts ``CORPUS`` before its first count, because a fastokens tokenizer's
+      first long call in a thread is many times slower than later ones (``bench_service``).
+    - Renewed: fastokens keeps every word it has merged in a cache that only grows; after
+      ``RENEW_CHARS`` characters a fresh tokenizer is made from the same JSON in a background
+      thread and replaces it (the old one and its cache are freed when the last count using it
+      ends), which bounds the memory of a long-running server."""
 
     def __init__(self, make: Callable[[], Any], first: Any, *, every: int = RENEW_CHARS) -> None:
         self._make = make
@@ -73,7 +69,6 @@ class Renewing:
         self._current = (first, threading.local())
         self._renewing = threading.Lock()
         self.renewals = 0
-        _LIVE.add(self)
 
     def __call__(self, text: str) -> int:
         return len(self._ready(len(text)).encode_ordinary(text))
@@ -99,10 +94,6 @@ class Renewing:
             threading.Thread(target=self._renew, name="budgeter-fastokens-renew").start()
         return fast
 
-    def warm(self) -> None:
-        """Set up in this thread now (``warm_thread``)."""
-        self._ready(0)
-
     def _renew(self) -> None:
         try:
             fresh = self._make()
@@ -113,24 +104,6 @@ class Renewing:
             self.renewals += 1
         finally:
             self._renewing.release()
-
-
-_LIVE: weakref.WeakSet[Renewing] = weakref.WeakSet()
-"""Every fastokens counter made in this process (``warm_thread``)."""
-
-
-def warm_thread() -> None:
-    """Set up every fastokens counter of this process in the calling thread: a server's RPC
-    workers call it as they start, before they take a call, so that no call pays a thread's
-    set-up (measured here: 13-290 ms more on a worker's first call that tokenized, the first use
-    of a fastokens tokenizer in a thread allocating its per-thread caches). Never raises (a pool
-    whose initializer raises refuses every call): a counter that fails here is set up by its
-    first count instead, as before."""
-    for renewing in list(_LIVE):
-        try:
-            renewing.warm()
-        except Exception as exc:  # (it counts only the built-in corpus, which its checks passed)
-            log.warning("budgeter: a fastokens tokenizer could not be set up in a worker: %s", exc)
 
 
 SAMPLED = 4000

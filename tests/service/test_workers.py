@@ -1,43 +1,21 @@
-"""A server's RPC workers, and the proxy's threads for blocking work, are set up to count before
-they take a call (``Server.start_workers``, as ``budgeter serve`` runs it; the proxy's ``_config``),
-and end with their server."""
+"""A server's RPC workers, and the proxy's threads for blocking work, start only when calls come
+(an idle server holds no counting thread) and end with their server."""
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
-import weakref
 
 import httpx
-import pytest
 
 from budgeter.client import Client
 from budgeter.service.server import create_server
-from budgeter.sessions.workers import LastIdlePool, start_all
 from budgeter.store import MemoryStore
-from budgeter.tokenizers import twin
 from tests.service.conftest import settings
-from tests.tokenizers.test_twin import _Recorder
 
 
-def _workers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("budgeter-rpc")]
-
-
-def _set_up_on_every_thread(pool, workers: int) -> list[bool]:
-    """Whether every fastokens counter of the process is set up, asked on each of the pool's
-    ``workers`` threads at once (each waits at a gate, so no thread answers twice)."""
-    live = list(twin._LIVE)
-    assert live, "the default profile counts with fastokens"
-    gate = threading.Barrier(workers)
-
-    def set_up() -> bool:
-        ready = all(getattr(r._current[1], "done", False) for r in live)
-        gate.wait(30)
-        return ready
-
-    return [f.result(timeout=60) for f in [pool.submit(set_up) for _ in range(workers)]]
+def _named(prefix: str) -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(prefix)}
 
 
 def _ended(threads) -> bool:
@@ -47,118 +25,37 @@ def _ended(threads) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
-def test_warm_thread_sets_every_fastokens_counter_up_in_the_calling_thread():
-    seen: list = []
-    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
-    worker = threading.Thread(target=twin.warm_thread)
-    worker.start()
-    worker.join()
-    assert [t for ident, _, t in seen if ident == worker.ident] == list(twin.CORPUS)
-    assert counter("a b") == 2  # this thread: set up at its first count, as before
-    assert [t for ident, _, t in seen if ident == threading.get_ident()] == [*twin.CORPUS, "a b"]
-    twin._LIVE.discard(counter)  # (not left for the other tests' workers to set up)
-
-
-def test_warm_thread_never_raises_for_a_counter_that_fails(caplog):
-    class Broken:
-        def encode_ordinary(self, text):
-            raise RuntimeError("cannot count")
-
-    counter = twin.Renewing(Broken, Broken())
-    worker = threading.Thread(target=twin.warm_thread)
-    worker.start()
-    worker.join()
-    assert "cannot count" in caplog.text
-    twin._LIVE.discard(counter)  # (the log record holds it until the test ends)
-
-
-def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop():
-    """Every RPC worker runs, each with the process's fastokens tokenizers set up in its thread
-    before any call reached it; a call is then served as before."""
-    others = set(_workers())  # (another test's server may still be running)
+def test_a_server_starts_workers_at_calls_and_ends_them_on_stop():
+    others = _named("budgeter-rpc")  # (another test's server may still be running)
     server = create_server(settings(max_workers=3), store=MemoryStore())
     mine: set[threading.Thread] = set()
     try:
-        server.start_workers()
-        mine = set(_workers()) - others
-        assert len(mine) == 3
-        assert server.pool is not None
-        assert _set_up_on_every_thread(server.pool, 3) == [True] * 3
+        assert not _named("budgeter-rpc") - others
         with Client(server.target, timeout=30) as client:
             session = client.create_session(window=8192)
-            assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
+            for _ in range(3):  # a lone caller's calls: one thread serves them all
+                assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
+        mine = _named("budgeter-rpc") - others
+        assert 1 <= len(mine) <= 3
     finally:
         server.stop(0)
     assert _ended(mine)
 
 
-def test_the_last_idle_thread_takes_the_next_task_and_a_busy_pool_queues():
-    """``LastIdlePool``: a lone caller's tasks run on one thread (the one idle the shortest time),
-    each thread is set up to count before its first task, tasks beyond ``workers`` wait for a
-    thread, errors reach the caller, and shutdown ends the threads."""
-    seen: list = []
-    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
-    pool = LastIdlePool(3, "zq-pool")
-    try:
-        start_all(pool, 3)
-        threads = [t for t in threading.enumerate() if t.name.startswith("zq-pool")]
-        assert len(threads) == 3
-        assert all([t for ident, _, t in seen if ident == thread.ident] == list(twin.CORPUS) for thread in threads)
-        assert len({pool.submit(threading.get_ident).result(timeout=30) for _ in range(20)}) == 1
-        gate = threading.Barrier(3)
-        release = threading.Event()
-
-        def busy() -> int:
-            gate.wait(30)
-            release.wait(30)
-            return threading.get_ident()
-
-        running = [pool.submit(busy) for _ in range(3)]
-        queued = pool.submit(threading.get_ident)
-        time.sleep(0.2)
-        assert not queued.done()  # all three threads are busy
-        release.set()
-        assert queued.result(timeout=30) in {f.result(timeout=30) for f in running}
-        failing = pool.submit(int, "not a number")
-        assert isinstance(failing.exception(timeout=30), ValueError)
-    finally:
-        pool.shutdown()
-        twin._LIVE.discard(counter)
-    assert not any(t.is_alive() for t in threads)
-    with pytest.raises(RuntimeError):
-        pool.submit(threading.get_ident)
-
-
-def test_an_idle_thread_of_the_pool_holds_nothing_of_the_tasks_it_ran():
-    class Result:
-        pass
-
-    pool = LastIdlePool(1, "zq-hold")
-    try:
-        for _ in range(2):  # the task that starts the thread, then one it is handed idle
-            future = pool.submit(Result)
-            result = weakref.ref(future.result(timeout=30))
-            del future
-            gc.collect()
-            assert result() is None
-    finally:
-        pool.shutdown()
-
-
-def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path):
-    """The proxy's worker threads start, set up to count, before it serves (Starlette's own pool
-    starts a thread at a busy moment and retires it after 10 idle seconds, so a later burst's new
-    threads set up at their first count); they end with the proxy."""
+def test_the_proxy_does_its_blocking_work_on_its_own_threads(tmp_path):
+    """The proxy's threads start with its first blocking work and end with the proxy."""
     from budgeter.proxy import start
     from budgeter.settings import Settings
 
-    before = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")}
+    before = _named("budgeter-proxy_")
     proxy = start(Settings(proxy_port=0, upstream="http://127.0.0.1:9/v1", store=f"sqlite://{tmp_path}/p.db",
                            max_workers=3))
+    mine: set[threading.Thread] = set()
     try:
-        mine = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")} - before
-        assert len(mine) == 3
-        assert _set_up_on_every_thread(proxy.server.config.app.state.proxy.pool, 3) == [True] * 3
+        pool = proxy.server.config.app.state.proxy.pool
+        assert pool.submit(threading.current_thread).result(timeout=30).name.startswith("budgeter-proxy_")
+        mine = _named("budgeter-proxy_") - before
+        assert len(mine) == 1
         live = httpx.get(proxy.base_url.removesuffix("/v1") + "/health/liveness", timeout=30)  # (no upstream)
         assert live.json()["status"] == "SERVING"
     finally:
