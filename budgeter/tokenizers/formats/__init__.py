@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -33,7 +32,6 @@ class JinjaFormat:
             self._template = compile_(template)
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
-        self._template = _inline_dict_fields(self._template, template)
         _skip_fixed_sandbox_checks(self._template.environment)
         _memo_tojson(self._template.environment)
         _plain_errors(self._template.environment)
@@ -104,63 +102,6 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
-_LOOP_FIELDS = frozenset({"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
-                          "depth0", "previtem", "nextitem"})
-_PLAIN = frozenset({int, bool, float, str, dict, list, tuple, type(None)})
-"""Types whose values are never callable: ``getattr_`` hands such a loop or namespace attribute back
-as it is."""
-
-
-def _inline_dict_fields(template: Any, source: str) -> Any:
-    """The template compiled again, with ``message.role`` on a dict read in line: jinja compiles
-    every ``x.name`` to a call of ``environment.getattr(x, 'name')``, whose answer for a dict and a
-    name that is not a dict attribute is ``x['name']`` when the key is there (the sandbox's and the
-    patched ``getattr_``'s alike). The generated code now tests that first and calls the
-    environment only otherwise (a missing key, a loop, a str method...): a window render of
-    Qwen3.6 reads ~100 fields. A loop's attributes (``loop.index0``, ``loop.previtem``...) and a
-    namespace's (``ns.multi_step_tool``) are read in line too where their value is a plain one
-    (a number, a string, a dict or list, none), which ``getattr_`` would have answered alike:
-    Qwen3.6's window render reads ~30 of them, each a call of ``getattr_`` before. The template as
-    compiled is kept where this does not compile."""
-    env = template.environment
-    env._budgeter_plain = _PLAIN
-    env._budgeter_ns = env.globals.get("namespace")  # transformers' namespace class
-    compiled_by = env.code_generator_class
-    env.code_generator_class = _inline_generator()
-    try:
-        return env.from_string(source)
-    except Exception:  # (a generated expression where an assignment expression is not allowed)
-        return template
-    finally:
-        env.code_generator_class = compiled_by
-
-
-@functools.cache
-def _inline_generator() -> type:
-    """jinja's code generator, writing a dict field's read in line (``_inline_dict_fields``)."""
-    from jinja2.compiler import CodeGenerator, optimizeconst
-
-    class Inline(CodeGenerator):
-        @optimizeconst
-        def visit_Getattr(self, node: Any, frame: Any) -> None:
-            name = node.attr
-            if self.environment.is_async or name in _DICT_ATTRIBUTES or not name.isidentifier():
-                super().visit_Getattr(node, frame)
-                return
-            self.write(f"(_bf[{name!r}] if type(_bf := ")
-            self.visit(node.node, frame)
-            self.write(f") is dict and {name!r} in _bf else ")
-            plain = "in environment._budgeter_plain else "
-            if name in _LOOP_FIELDS:  # attributes every LoopContext has (no AttributeError)
-                self.write(f"_bv if type(_bf) is LoopContext and type(_bv := _bf.{name}) {plain}")
-            if not name.startswith("_"):  # a namespace holds its values in a dict of its own
-                self.write(f"_bv if type(_bf) is environment._budgeter_ns and {name!r} in "
-                           f"(_ba := _bf._Namespace__attrs) and type(_bv := _ba[{name!r}]) {plain}")
-            self.write(f"environment.getattr(_bf, {name!r}))")
-
-    return Inline
-
-
 _STR_FORMAT = frozenset({"format", "format_map"})
 _BUILTIN = type("".strip)
 
