@@ -39,14 +39,6 @@ def _trie_regex(node: dict[str, dict]) -> str:
     return f"(?:{body})?"  # greedy: the longer token first, this one if the longer fails
 
 
-PARALLEL_CHARS = 32_768
-"""Below this many characters a batch is encoded text by text on the calling thread:
-``encode_batch`` hands the texts to the tokenizers library's thread pool, which for a turn's new
-pieces (Gemma 3: ~40 pieces, 2.5K chars) cost 1.45-1.79 ms of CPU a turn against 1.01-1.16 ms one
-by one, and more wall time too. Above it (a session's first build, a profile, a large count) the
-pool halves the wall time at about the same CPU."""
-
-
 class HFTokenizer:
     def __init__(self, tok: Any, *, name: str, nfc: bool = True, promote: bool = False) -> None:
         """``nfc``: False for a server that does not apply the tokenizer's NFC normalizer
@@ -92,10 +84,8 @@ class HFTokenizer:
             return self._many(texts)  # type: ignore[no-any-return]
         if self._fast is not None:
             return [self._fast(t) for t in texts]
-        if sum(map(len, texts)) < PARALLEL_CHARS:
-            encode = self._tok.encode
-            return [len(encode(t, add_special_tokens=False).ids) for t in texts]
-        return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        encode = self._tok.encode
+        return [len(encode(t, add_special_tokens=False).ids) for t in texts]
 
     def special_pattern(self) -> str:
         return self._pattern
