@@ -35,10 +35,8 @@ class JinjaFormat:
         _memo_tojson(self._template.environment)
         _plain_errors(self._template.environment)
         self._template.globals = dict(self._template.globals)
-        """Flattened once: every render copies the template's globals into a new context, and
-        from the ``ChainMap`` jinja keeps them in (the template's over the environment's, which
-        nothing changes after compiling) that copy runs as Python code: 5.5-7 us of a render,
-        a third of a short one."""
+        """Flattened once: every render copies the template's globals from the ``ChainMap`` jinja
+        keeps them in, in Python, a third of a short render (``bench_service``)."""
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
@@ -72,12 +70,10 @@ class JinjaFormat:
 
 
 def _render(template: Any, variables: dict[str, Any]) -> str:
-    """``template.render(**variables)``, leaving no reference cycle behind. A template's macros
-    are closures over the render's context, which holds them in its variables: every render of
-    such a template that reads a template variable (Qwen3.6's ``render_content``) left ~30 objects
-    in a cycle that only the garbage collector frees (61 turns of generated sessions: 80 renders,
-    2,343 objects). Emptying the context's variables after the render breaks the cycle, so
-    reference counting frees the render when it ends and the collector has less to walk."""
+    """``template.render(**variables)``, leaving no reference cycle behind: a template's macros
+    are closures over the render's context, which holds them, and emptying the context's
+    variables after the render lets reference counting free it, so that the garbage collector,
+    whose full walks were a turn's p99, has less to walk (``bench_service``)."""
     ctx = template.new_context(variables)
     try:
         return template.environment.concat(template.root_render_func(ctx))  # type: ignore[no-any-return]
@@ -101,10 +97,9 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _plain_errors(env: Any) -> None:
-    """An error raised while rendering propagates as it was raised. jinja would first rewrite its
-    traceback to point into the template source, compiling a fake frame for each template line
-    on the way (Gemma 3: ~2% of a turn, from the tails of conversations its template refuses
-    while anchors are found). budgeter reads only the error's message (``TemplateError``)."""
+    """An error raised while rendering propagates as it was raised: jinja would first rewrite its
+    traceback, compiling a fake frame for each template line, and budgeter reads only the
+    error's message (``TemplateError``)."""
 
     def handle_exception(source: str | None = None) -> Any:
         raise  # the exception being handled, traceback as it is
