@@ -3,7 +3,8 @@
 Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (passed through),
 ``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health`` (readiness: store and upstream),
 ``GET /health/liveness``, ``GET /metrics``; anything else
-is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads.
+is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads, set up
+to count before it serves (``sessions.workers.counting_pool``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from concurrent import futures
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -48,6 +48,7 @@ from budgeter.proxy.metrics import ProxyMetrics
 from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.sessions.sessions import Sessions
+from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings
 
 T = TypeVar("T")
@@ -86,9 +87,14 @@ class Proxy:
         self.url = settings.upstream.rstrip("/")
         self.extra_tools = [recall.TOOL] if settings.recall_tool else []
         self._client: aiohttp.ClientSession | None = None
-        self.pool = futures.ThreadPoolExecutor(max_workers=settings.max_workers, thread_name_prefix="budgeter-proxy")
-        """Threads for the blocking work (store, tokenizer), living as long as the proxy: Starlette's
-        pool retires a thread idle for 10 s, and a new thread sets its tokenizers up again."""
+        self.pool = counting_pool(settings.max_workers, "budgeter-proxy")
+        """Threads for the blocking work (store, tokenizer), set up to count, living as long as the
+        proxy: Starlette's thread pool (anyio's) retires a thread idle for 10 s, and the next burst's
+        new threads would set up at their first count."""
+
+    def start_workers(self) -> None:
+        """Start every worker thread now (the front door calls this before it serves)."""
+        start_all(self.pool, self.settings.max_workers)
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, in a copy of this task's context."""

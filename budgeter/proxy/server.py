@@ -107,8 +107,9 @@ def head_deadline(head_timeout: float) -> type[asyncio.Protocol]:
 
 
 def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
-    """The app in uvicorn's config."""
+    """The app, with its worker threads started and set up to count, in uvicorn's config."""
     app = create_app(settings, sessions)
+    app.state.proxy.start_workers()
     return uvicorn.Config(app, host=settings.host, port=settings.proxy_port, log_level=log_level,
                           access_log=False, timeout_graceful_shutdown=int(settings.grace) or None,
                           lifespan="on", http=head_deadline(settings.header_timeout))

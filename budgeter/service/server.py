@@ -29,6 +29,7 @@ from budgeter.sessions.cpus import pin, span
 from budgeter.sessions.metrics import Metrics
 from budgeter.sessions.profiles import Profiles, settle
 from budgeter.sessions.sessions import Limits, Sessions
+from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
 from budgeter.v1 import budgeter_pb2
@@ -46,8 +47,8 @@ class Server:
     health: health.HealthServicer
     metrics_port: int = 0
     pool: futures.ThreadPoolExecutor | None = None
-    """The RPC workers: each starts at a call that finds the others busy (``Settings.max_workers``
-    at most) and sets up its tokenizers' per-thread state at its first count."""
+    """The RPC workers (``start_workers``): ``workers`` threads at most."""
+    workers: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _closers: list[Any] = field(default_factory=list)
     _ready: bool = True
@@ -56,7 +57,7 @@ class Server:
 
     def ready(self) -> None:
         """Report SERVING (while the store answers): ``budgeter serve`` calls this once its
-        profiles are loaded, so that a balancer sends no call to a
+        profiles are loaded and its RPC workers started, so that a balancer sends no call to a
         replica still warming up."""
         self._set_health(ready=True)
 
@@ -91,6 +92,14 @@ class Server:
         for close in self._closers:
             close()
         self.sessions.store.close()
+
+    def start_workers(self, timeout: float = 60.0) -> None:
+        """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
+        takes a call. A worker otherwise starts at the call that finds the others busy and sets up
+        there: such a call took 13-290 ms more here. ``budgeter serve`` does this once, after
+        ``settle``; a call that comes in meanwhile waits for a worker."""
+        if self.pool is not None:
+            start_all(self.pool, self.workers, timeout)
 
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()
@@ -129,7 +138,7 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),
                ("grpc.max_send_message_length", settings.max_request_bytes),
                ("grpc.so_reuseport", 0)]
-    pool = futures.ThreadPoolExecutor(max_workers=settings.max_workers, thread_name_prefix="budgeter-rpc")
+    pool = counting_pool(settings.max_workers, "budgeter-rpc")
     server = grpc.server(pool, options=options)
     undo.append(lambda: server.stop(None))
     auth = Auth(settings.tokens())
@@ -146,7 +155,7 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
         undo.append(closer)
         closers.append(closer)
     server.start()
-    out = Server(server, port, sessions, metrics, health_servicer, metrics_port, pool,
+    out = Server(server, port, sessions, metrics, health_servicer, metrics_port, pool, settings.max_workers,
                  _closers=closers, _ready=ready)
     health_servicer.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     out._set_health()
@@ -298,6 +307,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
+    server.start_workers()
     log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
              server.sessions.store.name, server.metrics_port or "off")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack

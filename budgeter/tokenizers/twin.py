@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -69,6 +70,7 @@ class Renewing:
         self._current = (first, threading.local())
         self._renewing = threading.Lock()
         self.renewals = 0
+        _LIVE.add(self)
 
     def __call__(self, text: str) -> int:
         return len(self._ready(len(text)).encode_ordinary(text))
@@ -94,6 +96,10 @@ class Renewing:
             threading.Thread(target=self._renew, name="budgeter-fastokens-renew").start()
         return fast
 
+    def warm(self) -> None:
+        """Set up in this thread now (``warm_thread``)."""
+        self._ready(0)
+
     def _renew(self) -> None:
         try:
             fresh = self._make()
@@ -104,6 +110,22 @@ class Renewing:
             self.renewals += 1
         finally:
             self._renewing.release()
+
+
+_LIVE: weakref.WeakSet[Renewing] = weakref.WeakSet()
+"""Every fastokens counter made in this process (``warm_thread``)."""
+
+
+def warm_thread() -> None:
+    """Set up every fastokens counter of this process in the calling thread: a server's workers
+    call it as they start, so that no turn pays a thread's set-up, which put profiles counted by
+    fastokens past the p99 target (``bench_service``). Never raises (a pool whose initializer
+    raises refuses every call): a counter that fails here is set up by its first count instead."""
+    for renewing in list(_LIVE):
+        try:
+            renewing.warm()
+        except Exception as exc:  # (it counts only the built-in corpus, which its checks passed)
+            log.warning("budgeter: a fastokens tokenizer could not be set up in a worker: %s", exc)
 
 
 SAMPLED = 4000

@@ -64,6 +64,7 @@ def run(store: str, bodies: list[dict[str, Any]], window: int) -> dict[str, list
     settings = Settings(port=0, metrics_port=0, store=store, host="127.0.0.1")
     server = create_server(settings)
     settle(server.sessions.profiles, [settings.default_tokenizer])  # as `budgeter serve` does
+    server.start_workers()
     times: dict[str, list[float]] = {"append": [], "build": [], "turn": [], "one call": []}
     tokens = []
     try:
@@ -189,6 +190,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
         server = create_server(settings)
         client_side()
         settle(server.sessions.profiles, list(specs))  # as `budgeter serve` does with --preload
+        server.start_workers()
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
         kept: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]]] = {n: [] for n in specs}
         wrong = dict.fromkeys(specs, 0)

@@ -1,5 +1,6 @@
-"""A server's RPC workers, and the proxy's threads for blocking work, start only when calls come
-(an idle server holds no counting thread) and end with their server."""
+"""A server's RPC workers, and the proxy's threads for blocking work, are set up to count before
+they take a call (``Server.start_workers``, as ``budgeter serve`` runs it; the proxy's ``_config``),
+and end with their server."""
 
 from __future__ import annotations
 
@@ -7,15 +8,42 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from budgeter.client import Client
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
+from budgeter.tokenizers import twin
 from tests.service.conftest import settings
+from tests.tokenizers.test_twin import _Recorder
 
 
-def _named(prefix: str) -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith(prefix)}
+def _workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("budgeter-rpc")]
+
+
+def _set_up_on_every_thread(pool, workers: int) -> list[bool]:
+    """Whether every fastokens counter of the process is set up, asked on each of the pool's
+    ``workers`` threads at once (each waits at a gate, so no thread answers twice)."""
+    live = list(twin._LIVE)
+    assert live, "a fastokens counter lives (``_counter``)"
+    gate = threading.Barrier(workers)
+
+    def set_up() -> bool:
+        ready = all(getattr(r._current[1], "done", False) for r in live)
+        gate.wait(30)
+        return ready
+
+    return [f.result(timeout=60) for f in [pool.submit(set_up) for _ in range(workers)]]
+
+
+@pytest.fixture
+def _counter():
+    """A fastokens counter of the process (the default profile counts with tiktoken)."""
+    seen: list = []
+    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
+    yield counter
+    twin._LIVE.discard(counter)
 
 
 def _ended(threads) -> bool:
@@ -25,37 +53,65 @@ def _ended(threads) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
-def test_a_server_starts_workers_at_calls_and_ends_them_on_stop():
-    others = _named("budgeter-rpc")  # (another test's server may still be running)
+def test_warm_thread_sets_every_fastokens_counter_up_in_the_calling_thread():
+    seen: list = []
+    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
+    worker = threading.Thread(target=twin.warm_thread)
+    worker.start()
+    worker.join()
+    assert [t for ident, _, t in seen if ident == worker.ident] == list(twin.CORPUS)
+    assert counter("a b") == 2  # this thread: set up at its first count, as before
+    assert [t for ident, _, t in seen if ident == threading.get_ident()] == [*twin.CORPUS, "a b"]
+    twin._LIVE.discard(counter)  # (not left for the other tests' workers to set up)
+
+
+def test_warm_thread_never_raises_for_a_counter_that_fails(caplog):
+    class Broken:
+        def encode_ordinary(self, text):
+            raise RuntimeError("cannot count")
+
+    counter = twin.Renewing(Broken, Broken())
+    worker = threading.Thread(target=twin.warm_thread)
+    worker.start()
+    worker.join()
+    assert "cannot count" in caplog.text
+    twin._LIVE.discard(counter)  # (the log record holds it until the test ends)
+
+
+def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop(_counter):
+    """Every RPC worker runs, each with the process's fastokens tokenizers set up in its thread
+    before any call reached it; a call is then served as before."""
+    others = set(_workers())  # (another test's server may still be running)
     server = create_server(settings(max_workers=3), store=MemoryStore())
     mine: set[threading.Thread] = set()
     try:
-        assert not _named("budgeter-rpc") - others
+        server.start_workers()
+        mine = set(_workers()) - others
+        assert len(mine) == 3
+        assert server.pool is not None
+        assert _set_up_on_every_thread(server.pool, 3) == [True] * 3
         with Client(server.target, timeout=30) as client:
             session = client.create_session(window=8192)
-            for _ in range(3):  # a lone caller's calls: one thread serves them all
-                assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
-        mine = _named("budgeter-rpc") - others
-        assert 1 <= len(mine) <= 3
+            assert session.prompt(append=[{"role": "user", "content": "hello there"}]).tokens > 0
     finally:
         server.stop(0)
     assert _ended(mine)
 
 
-def test_the_proxy_does_its_blocking_work_on_its_own_threads(tmp_path):
-    """The proxy's threads start with its first blocking work and end with the proxy."""
+def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path, _counter):
+    """The proxy's worker threads start, set up to count, before it serves (Starlette's own pool
+    starts a thread at a busy moment and retires it after 10 idle seconds, so a later burst's new
+    threads set up at their first count); they end with the proxy."""
     from budgeter.proxy import start
     from budgeter.settings import Settings
 
-    before = _named("budgeter-proxy_")
+    before = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")}
     proxy = start(Settings(proxy_port=0, upstream="http://127.0.0.1:9/v1", store=f"sqlite://{tmp_path}/p.db",
                            max_workers=3))
-    mine: set[threading.Thread] = set()
     try:
-        pool = proxy.server.config.app.state.proxy.pool
-        assert pool.submit(threading.current_thread).result(timeout=30).name.startswith("budgeter-proxy_")
-        mine = _named("budgeter-proxy_") - before
-        assert len(mine) == 1
+        mine = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")} - before
+        assert len(mine) == 3
+        assert _set_up_on_every_thread(proxy.server.config.app.state.proxy.pool, 3) == [True] * 3
         live = httpx.get(proxy.base_url.removesuffix("/v1") + "/health/liveness", timeout=30)  # (no upstream)
         assert live.json()["status"] == "SERVING"
     finally:
