@@ -1,5 +1,5 @@
-"""Chat templates render as transformers' own compiled templates do, and the sandbox keeps its
-refusals."""
+"""The chat-template sandbox keeps its refusals where budgeter skips its fixed checks (str
+methods, macros, the namespace class, dict keys, loop attributes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def render(source: str) -> str:
     return JinjaFormat(source, name="probe").render(MESSAGES, None, add_generation_prompt=False)
 
 
-def test_str_methods_macros_and_namespaces_render_as_the_sandbox_does():
+def test_fast_paths_render_as_the_sandbox_does():
     source = ("{%- macro m(x) %}[{{ x }}]{% endmacro %}{%- set ns = namespace(n=0, last='') %}"
               "{%- for message in messages %}{%- set ns.n = ns.n + 1 %}{%- set ns.last = message.role %}"
               "{{ m(message.content.strip()) }}{{ loop.first }}{%- endfor %}{{ ns.n }}{{ ns.last }}")
