@@ -33,7 +33,6 @@ class JinjaFormat:
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _skip_fixed_sandbox_checks(self._template.environment)
-        _memo_tojson(self._template.environment)
         _plain_errors(self._template.environment)
         self._template.globals = dict(self._template.globals)
         """Flattened once: every render copies the template's globals from the ``ChainMap`` jinja
@@ -181,40 +180,6 @@ def _plain_errors(env: Any) -> None:
         raise  # the exception being handled, traceback as it is
 
     env.handle_exception = handle_exception
-
-
-def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
-    """``tojson`` of the same container again answers from a memo. The tool schemas and parsed
-    arguments a template serializes are the same objects on every build (the session's tools,
-    the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
-    the answer is the text made the first time. Anything but a dict or list is serialized as before.
-    Bounded by the characters of the texts held (``core/memo.py``: parsed arguments can hold a whole
-    file), and the memo of calls with no options by ``limit`` entries too."""
-    from budgeter.core.memo import CharMemo, IdentityMemo
-
-    tojson = env.filters.get("tojson")
-    if tojson is None or getattr(tojson, "_budgeter_memo", False):
-        return
-    memo = IdentityMemo(size=len)
-    plain: CharMemo[int, tuple[Any, Any]] = CharMemo()
-    """``x|tojson`` with no options (the Qwen templates' tools and arguments): by ``x``'s id alone, ``x`` held beside
-    its text so that the id stays its own (no key tuple, no closure: 5 calls a Qwen3.6 render)."""
-
-    def memo_tojson(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if type(x) not in (dict, list):
-            return tojson(x, *args, **kwargs)
-        if args or kwargs:
-            return memo.get((x,), lambda: tojson(x, *args, **kwargs), key=(args, tuple(sorted(kwargs.items()))))
-        hit = plain.get(id(x))
-        if hit is None:
-            text = tojson(x)
-            if len(plain) >= limit:
-                plain.clear()
-            hit = plain.put(id(x), (x, text), len(text))
-        return hit[1]
-
-    memo_tojson._budgeter_memo = True  # type: ignore[attr-defined]
-    env.filters["tojson"] = memo_tojson
 
 
 TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
