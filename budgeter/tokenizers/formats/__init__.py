@@ -33,7 +33,6 @@ class JinjaFormat:
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
         _skip_fixed_sandbox_checks(self._template.environment)
-        _plain_errors(self._template.environment)
         self._template.globals = dict(self._template.globals)
         """Flattened once: every render copies the template's globals from the ``ChainMap`` jinja
         keeps them in, in Python, a third of a short render (``bench_service``)."""
@@ -169,17 +168,6 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
     env.getattr = getattr_
     env.call = call
     env._budgeter_fast = True
-
-
-def _plain_errors(env: Any) -> None:
-    """An error raised while rendering propagates as it was raised: jinja would first rewrite its
-    traceback, compiling a fake frame for each template line, and budgeter reads only the
-    error's message (``TemplateError``)."""
-
-    def handle_exception(source: str | None = None) -> Any:
-        raise  # the exception being handled, traceback as it is
-
-    env.handle_exception = handle_exception
 
 
 TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
