@@ -62,7 +62,6 @@ class HFTokenizer:
         split = re.compile(f"({self._pattern})").split if self._pattern else None
         found = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
         self._fast = found[0] if found is not None else None
-        self._many = getattr(self._fast, "many", None)
         self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
                      else "count backend: Hugging Face tokenizers")
         if unnormalized:
@@ -80,8 +79,6 @@ class HFTokenizer:
         return cls(Tokenizer.from_file(path), name=name, nfc=nfc, promote=promote)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if self._many is not None:
-            return self._many(texts)  # type: ignore[no-any-return]
         if self._fast is not None:
             return [self._fast(t) for t in texts]
         encode = self._tok.encode

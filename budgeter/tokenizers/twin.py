@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -74,12 +74,6 @@ class Renewing:
 
     def __call__(self, text: str) -> int:
         return len(self._ready(len(text)).encode_ordinary(text))
-
-    def many(self, texts: Sequence[str]) -> list[int]:
-        """``[self(t) for t in texts]``, set up and renewal checked once for the batch (a Gemma 3
-        turn counts ~40 new lines, one call each)."""
-        encode = self._ready(sum(map(len, texts))).encode_ordinary
-        return [len(encode(t)) for t in texts]
 
     def _ready(self, chars: int) -> Any:
         """The tokenizer to count ``chars`` characters with, set up in this thread."""

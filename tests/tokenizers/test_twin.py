@@ -190,28 +190,6 @@ def test_renewing_sets_each_tokenizer_up_once_in_each_thread():
     assert [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
 
 
-def test_renewing_counts_a_batch_as_one_by_one():
-    """``many`` sets the thread up once, counts each text, and counts the batch's characters
-    towards the renewal as single counts do."""
-    import time
-
-    from budgeter.tokenizers.twin import CORPUS, Renewing
-
-    seen: list = []
-    counter = Renewing(lambda: _Recorder(seen), _Recorder(seen), every=30)
-    assert counter.many(["a b c", "d e", ""]) == [3, 2, 0]
-    assert [t for _, _, t in seen] == [*CORPUS, "a b c", "d e", ""]
-    assert counter.many([]) == [] and counter.renewals == 0
-    counter.many(["x " * 10, "y " * 10])  # 40 characters: past ``every``
-    deadline = time.monotonic() + 10
-    while counter.renewals == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert counter.renewals == 1
-    before = len(seen)
-    assert counter.many(["g h"]) == [2]
-    assert len({obj for _, obj, _ in seen[before:]}) == 1 and [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
-
-
 def test_renewing_keeps_counting_when_a_fresh_tokenizer_cannot_be_made():
     import time
 
