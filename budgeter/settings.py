@@ -57,8 +57,7 @@ class Settings(BaseSettings):
     the store or the network meanwhile. Two replicas on two cores, 16 agents each, Redis: 8 served
     1,011-1,048 one-call turns/s, 4 served 952-990 and 12 1,011-1,051 in the same hour; with more
     calls waiting on Redis at once, Redis and the agents spent less CPU a turn (tests/bench/
-    HISTORY.md, "Load", early on 2026-11-27).
-    Each thread that counts holds ~32 MB of fastokens state (``tokenizers/twin.py``)."""
+    HISTORY.md, "Load", early on 2026-11-27)."""
     grpc_experiments: str = "-event_engine_client,-event_engine_listener"
     """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set that variable
     (grpc reads it once, as it starts). The default turns grpc's EventEngine client and listener

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from budgeter.core import incremental
-from budgeter.core.frames import Frames
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
 from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
 from budgeter.core.messages import Message, Repair, repaired_note, to_template
@@ -271,8 +270,6 @@ class TemplateCounter:
         """The role a developer message renders as: llama.cpp's server maps it to system for every
         template but gpt-oss's (``<|channel|>`` in its source: it has a developer role)."""
         self._costs: CharMemo[Message, int] = CharMemo()
-        self.frames = self._frames(fmt)
-        """Lone renders made from a frame per shape of message (``core/frames.py``)."""
         self.pieces.delimit(self._probe())
 
     def _probe(self) -> str:
@@ -286,25 +283,11 @@ class TemplateCounter:
         except Exception:  # any template error: no delimiter, texts split whole
             return ""
 
-    def _frames(self, fmt: ChatFormat) -> Frames | None:
-        tracing = getattr(fmt, "tracing", None)
-        traced = tracing() if tracing is not None else None
-        if traced is None:
-            return None
-
-        def render(dicts: list[Mapping[str, Any]], tools: Any, gen: bool) -> str:
-            return traced.render(dicts, tools, add_generation_prompt=gen)  # type: ignore[no-any-return]
-
-        return Frames(render, audit=lambda dicts, tools, gen: self.format.render(
-            dicts, tools, add_generation_prompt=gen))
-
     @property
     def notes(self) -> tuple[str, ...]:
         """What the report says about this profile, and why windows are off if they are."""
         off = self.windowed.off
         notes = self._notes + (f"renders: every build whole ({off})",) if off else self._notes
-        if self.frames is not None and self.frames.off:
-            notes += (f"lone renders: by the template ({self.frames.off})",)
         return notes
 
     def _template_dict(self, m: Message) -> dict[str, Any]:
@@ -444,11 +427,6 @@ class TemplateCounter:
         dicts = [self._template_dict(m)]
         if self.adapter is not None:
             dicts, _ = self.adapter(dicts, ())
-        if self.frames is not None:
-            framed = self.frames.render(dicts, None, None, False,
-                                        tuple(f() for f in self._dated) if self._dated else ())
-            if framed is not None:
-                return framed
         try:
             return self.format.render(dicts, None, add_generation_prompt=False)
         except Exception:  # templates that reject a lone message (alternation rules)

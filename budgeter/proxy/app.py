@@ -4,7 +4,7 @@ Routes: ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models`` (pas
 ``POST /v1/budgeter/fit`` (stateless sidecar), ``GET /health`` (readiness: store and upstream),
 ``GET /health/liveness``, ``GET /metrics``; anything else
 is an OpenAI-style 404. Blocking work (store, tokenizer) runs on the proxy's own threads, set up
-to count before it serves (``service.workers.LastIdlePool``).
+to count before it serves (``sessions.workers.counting_pool``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from budgeter.proxy.metrics import ProxyMetrics
 from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.sessions.sessions import Sessions
-from budgeter.sessions.workers import LastIdlePool, start_all
+from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings
 
 T = TypeVar("T")
@@ -87,10 +87,10 @@ class Proxy:
         self.url = settings.upstream.rstrip("/")
         self.extra_tools = [recall.TOOL] if settings.recall_tool else []
         self._client: aiohttp.ClientSession | None = None
-        self.pool = LastIdlePool(settings.max_workers, "budgeter-proxy")
+        self.pool = counting_pool(settings.max_workers, "budgeter-proxy")
         """Threads for the blocking work (store, tokenizer), set up to count, living as long as the
         proxy: Starlette's thread pool (anyio's) retires a thread idle for 10 s, and the next burst's
-        new threads set up at their first count (a turn took 83 ms instead of ~3 here)."""
+        new threads would set up at their first count."""
 
     def start_workers(self) -> None:
         """Start every worker thread now (the front door calls this before it serves)."""

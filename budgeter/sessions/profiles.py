@@ -73,22 +73,18 @@ _WARM_TOOL = {"type": "function", "function": {"name": "zqwarm", "description": 
 
 
 YOUNG = 10_000
-"""Allocations between two collections of the youngest generation, in a server process. At
-Python's 700, a turn's temporaries that are still alive when a collection runs (one runs every
-few hundred allocations, several times a turn) are promoted, and the old generation grows with
-objects that die a turn later: replaying 384 sessions round-robin in one process, as a loaded
-replica meets them, made 997 young, 90 middle and 6 full collections (~50 ms each, walking every
-session's history, and evicting it from the caches) in 5,844 turns, 5.6-6.0% of the CPU. At
-10,000: 70, 6 and none, 4.4-4.7%."""
+"""Allocations between two collections of the youngest generation, in a server process: at
+Python's 700, a turn's temporaries are promoted and full collections, each walking every
+session's history, cost a loaded replica a share of its CPU (``bench_load``)."""
 
 
 def settle(profiles: Profiles, names: Iterable[str]) -> None:
     """For a server process, once at start: do what the first turns would do for the first time
     (load each profile, render and count a small conversation with a tool call, import and use
     the JSON Schema validator), then move every object alive now out of the garbage collector's
-    generations (``gc.freeze``). A full collection then walks only what sessions hold: without
-    it, one took up to 50 ms over the libraries' own objects, and was a turn's p99. Young objects
-    are collected after ``YOUNG`` allocations instead of Python's 700."""
+    generations (``gc.freeze``), so that a full collection walks only what sessions hold and is
+    not a turn's p99 (``bench_service``). Young objects are collected after ``YOUNG``
+    allocations instead of Python's 700."""
     call = ToolCall("zqc", "zqwarm", '{"path": "a"}')
     warm = [Message("system", "s"), Message("user", "u"), Message("assistant", "", tool_calls=(call,)),
             Message("tool", "ok", tool_call_id="zqc")]

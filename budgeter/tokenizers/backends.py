@@ -12,13 +12,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from budgeter.tokenizers.promoted import promoted
-from budgeter.tokenizers.twin import _byte_alphabet, ranked_twin, state, twin
+from budgeter.tokenizers.twin import _byte_alphabet, state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
     """A regex matching the longest of ``tokens`` at a position, as a character trie: Python's
-    ``re`` tries a flat alternation one branch at a time, so Gemma's 6,384 added tokens made every
-    split of a prompt cost ~9 ms; the trie rejects a position on its first character."""
+    ``re`` tries a flat alternation one branch at a time, which with Gemma's 6,384 added tokens
+    puts a turn over its target (``bench_service``)."""
     trie: dict[str, dict] = {}
     for token in set(tokens):
         if token:
@@ -37,14 +37,6 @@ def _trie_regex(node: dict[str, dict]) -> str:
     if "" not in node:
         return body
     return f"(?:{body})?"  # greedy: the longer token first, this one if the longer fails
-
-
-PARALLEL_CHARS = 32_768
-"""Below this many characters a batch is encoded text by text on the calling thread:
-``encode_batch`` hands the texts to the tokenizers library's thread pool, which for a turn's new
-pieces (Gemma 3: ~40 pieces, 2.5K chars) cost 1.45-1.79 ms of CPU a turn against 1.01-1.16 ms one
-by one, and more wall time too. Above it (a session's first build, a profile, a large count) the
-pool halves the wall time at about the same CPU."""
 
 
 class HFTokenizer:
@@ -70,7 +62,6 @@ class HFTokenizer:
         split = re.compile(f"({self._pattern})").split if self._pattern else None
         found = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
         self._fast = found[0] if found is not None else None
-        self._many = getattr(self._fast, "many", None)
         self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
                      else "count backend: Hugging Face tokenizers")
         if unnormalized:
@@ -88,14 +79,10 @@ class HFTokenizer:
         return cls(Tokenizer.from_file(path), name=name, nfc=nfc, promote=promote)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if self._many is not None:
-            return self._many(texts)  # type: ignore[no-any-return]
         if self._fast is not None:
             return [self._fast(t) for t in texts]
-        if sum(map(len, texts)) < PARALLEL_CHARS:
-            encode = self._tok.encode
-            return [len(encode(t, add_special_tokens=False).ids) for t in texts]
-        return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        encode = self._tok.encode
+        return [len(encode(t, add_special_tokens=False).ids) for t in texts]
 
     def special_pattern(self) -> str:
         return self._pattern
@@ -128,23 +115,16 @@ def promoted_ranks(ranks: dict[bytes, int], specials: dict[str, int]) -> dict[st
 
 
 class TiktokenTokenizer:
-    """A tiktoken vocabulary, counted by its fastokens twin where one is made (``ranked_twin``;
-    ``odd``: the vocabulary's odd tokens, from ``odd.py``), else by tiktoken."""
+    """A tiktoken vocabulary, counted by tiktoken."""
 
-    def __init__(self, encoding: Any, *, name: str, odd: tuple[str, ...] = ()) -> None:
+    def __init__(self, encoding: Any, *, name: str) -> None:
         self.name = name
         self._enc = encoding
         self.specials = tuple(encoding.special_tokens_set)
         self._pattern = _alternation(self.specials)
-        ranks, pattern = getattr(encoding, "_mergeable_ranks", None), getattr(encoding, "_pat_str", None)
-        found = ranked_twin(ranks, pattern, encoding.encode_ordinary, odd) if ranks and pattern else None
-        self._fast = found[0] if found is not None else None
-        self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
-                     else "count backend: tiktoken")
+        self.note = "count backend: tiktoken"
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if self._fast is not None:
-            return list(map(self._fast, texts))
         enc = self._enc.encode_ordinary
         return [len(enc(t)) for t in texts]
 

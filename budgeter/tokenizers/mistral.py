@@ -37,7 +37,6 @@ from budgeter.core.memo import CharMemo, IdentityMemo, Walks
 from budgeter.core.messages import Message, to_openai, to_template
 from budgeter.core.typing import JSONDict
 from budgeter.errors import MissingExtra, TemplateError
-from budgeter.tokenizers.twin import ranked_twin
 
 _ALPHABET = string.ascii_letters + string.digits
 log = logging.getLogger("budgeter.counting")
@@ -46,7 +45,7 @@ log = logging.getLogger("budgeter.counting")
 @functools.lru_cache(maxsize=65_536)
 def mistral_id(call_id: str) -> str:
     """A 9-character alphanumeric id for ``call_id``, the same for the same id (kept per id: a
-    call's id is mapped again for its result, and the hashing was ~1.5% of a turn)."""
+    call's id is mapped again for its result)."""
     if len(call_id) == 9 and call_id.isalnum() and call_id.isascii():
         return call_id
     n = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
@@ -189,8 +188,8 @@ class _Lengths:
     """mistral-common's Tekken ``encode`` shifts each id by ``num_special_tokens``, a property it
     reads once per token (half of a Mistral build's tokenizing): the same shift, read once per
     call. Its tiktoken ``Encoding`` has no special tokens (Tekken handles those itself), so its
-    ``encode`` equals ``encode_ordinary``, which is 1.7x as fast here: ``encode`` looks for special
-    tokens with a pattern made of none, which matches the empty string at every character.
+    ``encode`` equals ``encode_ordinary``, which is faster: ``encode`` looks for special tokens
+    with a pattern made of none, which matches the empty string at every character.
 
     While ``counting`` (a count is made) the encode returns as many ids as the text has, all zero:
     a count needs how many there are, and mistral-common's encoding of a chat message only joins
@@ -213,10 +212,7 @@ class _Lengths:
     could reach the letter reads past a non-letter, and no branch looks behind), and the pieces
     from the cut on begin at the cut. BPE merges within a piece only: the text's count is the sum
     of its parts'. For any other pattern texts are counted whole. Every ``audit_every``-th split
-    count is also made whole; a difference turns splitting off (named in ``off``).
-
-    Counts (not ids) come from a fastokens twin of the Tekken ranks where one is made
-    (``twin.ranked_twin``: ids checked equal to tiktoken's at load; ``backend`` names it)."""
+    count is also made whole; a difference turns splitting off (named in ``off``)."""
 
     def __init__(self, tekken: Any) -> None:
         self.counting = False
@@ -228,18 +224,12 @@ class _Lengths:
         self._model: Any = None
         self._plain = "encode"
         self._length: Callable[[str], int] = lambda s: len(self._ids(s))
-        """How many ids a text encodes to: its fastokens twin's count where one is made."""
-        self.backend = "tiktoken"
+        """How many ids a text encodes to."""
         if not (hasattr(tekken, "_model") and hasattr(tekken, "num_special_tokens")):
             return
         self._model = model = tekken._model
         shift = tekken.num_special_tokens
         self._plain = "encode_ordinary" if not getattr(model, "special_tokens_set", True) else "encode"
-        ranks, pattern = getattr(model, "_mergeable_ranks", None), getattr(model, "_pat_str", None)
-        found = (ranked_twin(ranks, pattern, model.encode_ordinary)
-                 if self._plain == "encode_ordinary" and ranks and pattern else None)
-        if found is not None:  # (Tekken has no odd token: fastokens takes its ranks as they are)
-            self._length, self.backend = found
         if getattr(model, "_pat_str", None) != TEKKEN_PATTERN:
             self.off = "not Tekken's pre-tokenizer pattern: texts are counted whole"
 
@@ -523,9 +513,8 @@ class MistralCounter:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        backend = self._lengths.backend
         notes = ["mistral-common request encoding (exact, memoized per message)", self.adaptations[0].note,
-                 f"count backend: {backend}" + (" (ids checked equal at load)" if backend != "tiktoken" else "")]
+                 "count backend: tiktoken"]
         if self.off:
             notes.append(f"renders: {self.off}")
         if self._lengths.off:

@@ -38,7 +38,6 @@ from budgeter.tokenizers.formats import (
     known_formats,
     named_format,
 )
-from budgeter.tokenizers.odd import ODD
 
 DEFAULT = "qwen3.6"
 
@@ -75,7 +74,7 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
         extra = promoted_ranks(ranks, table) if servers.promotes(opts.server) else {}
         enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern), mergeable_ranks=ranks,
                                 special_tokens={**table, **extra})
-        tok = TiktokenTokenizer(enc, name=name, odd=ODD.get(resource, ()))
+        tok = TiktokenTokenizer(enc, name=name)
         if extra:
             tok.note += "; matched as one token, as llama.cpp marks them special at load: " + ", ".join(extra)
         variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}

@@ -156,8 +156,7 @@ def _answer_first(fmt: ChatFormat, nine: bool) -> bool:
 
 class Wrapped:
     """A format over another that changes what its render is given: what it does not define is
-    the inner format's (source, object_arguments, dynamic...), and its tracing copy is the same
-    wrapper over the inner format's (``core/frames.py``)."""
+    the inner format's (source, object_arguments, dynamic...)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -166,15 +165,6 @@ class Wrapped:
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.inner, attribute)
 
-    def over(self, inner: Any) -> Wrapped:
-        """This wrapper around another inner format."""
-        raise NotImplementedError
-
-    def tracing(self) -> Wrapped | None:
-        inner = getattr(self.inner, "tracing", None)
-        traced = inner() if inner is not None else None
-        return self.over(traced) if traced is not None else None
-
 
 class RuledFormat(Wrapped):
     """A format with the rewrites its rules need applied before rendering."""
@@ -182,9 +172,6 @@ class RuledFormat(Wrapped):
     def __init__(self, inner: ChatFormat, rules: Rules) -> None:
         super().__init__(inner)
         self.rules = rules
-
-    def over(self, inner: Any) -> RuledFormat:
-        return RuledFormat(inner, self.rules)
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                *, add_generation_prompt: bool = True) -> str:

@@ -114,9 +114,6 @@ class ServerTools(Wrapped):
         super().__init__(inner)
         self._last: tuple[Any, Any] = (None, None)
 
-    def over(self, inner: Any) -> ServerTools:
-        return ServerTools(inner)
-
     def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
         return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
                                  add_generation_prompt=add_generation_prompt)

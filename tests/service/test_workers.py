@@ -4,17 +4,14 @@ and end with their server."""
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
-import weakref
 
 import httpx
 import pytest
 
 from budgeter.client import Client
 from budgeter.service.server import create_server
-from budgeter.sessions.workers import LastIdlePool, start_all
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import twin
 from tests.service.conftest import settings
@@ -29,7 +26,7 @@ def _set_up_on_every_thread(pool, workers: int) -> list[bool]:
     """Whether every fastokens counter of the process is set up, asked on each of the pool's
     ``workers`` threads at once (each waits at a gate, so no thread answers twice)."""
     live = list(twin._LIVE)
-    assert live, "the default profile counts with fastokens"
+    assert live, "a fastokens counter lives (``_counter``)"
     gate = threading.Barrier(workers)
 
     def set_up() -> bool:
@@ -38,6 +35,15 @@ def _set_up_on_every_thread(pool, workers: int) -> list[bool]:
         return ready
 
     return [f.result(timeout=60) for f in [pool.submit(set_up) for _ in range(workers)]]
+
+
+@pytest.fixture
+def _counter():
+    """A fastokens counter of the process (the default profile counts with tiktoken)."""
+    seen: list = []
+    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
+    yield counter
+    twin._LIVE.discard(counter)
 
 
 def _ended(threads) -> bool:
@@ -72,7 +78,7 @@ def test_warm_thread_never_raises_for_a_counter_that_fails(caplog):
     twin._LIVE.discard(counter)  # (the log record holds it until the test ends)
 
 
-def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop():
+def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop(_counter):
     """Every RPC worker runs, each with the process's fastokens tokenizers set up in its thread
     before any call reached it; a call is then served as before."""
     others = set(_workers())  # (another test's server may still be running)
@@ -92,60 +98,7 @@ def test_a_server_starts_every_worker_set_up_to_count_and_ends_them_on_stop():
     assert _ended(mine)
 
 
-def test_the_last_idle_thread_takes_the_next_task_and_a_busy_pool_queues():
-    """``LastIdlePool``: a lone caller's tasks run on one thread (the one idle the shortest time),
-    each thread is set up to count before its first task, tasks beyond ``workers`` wait for a
-    thread, errors reach the caller, and shutdown ends the threads."""
-    seen: list = []
-    counter = twin.Renewing(lambda: _Recorder(seen), _Recorder(seen))
-    pool = LastIdlePool(3, "zq-pool")
-    try:
-        start_all(pool, 3)
-        threads = [t for t in threading.enumerate() if t.name.startswith("zq-pool")]
-        assert len(threads) == 3
-        assert all([t for ident, _, t in seen if ident == thread.ident] == list(twin.CORPUS) for thread in threads)
-        assert len({pool.submit(threading.get_ident).result(timeout=30) for _ in range(20)}) == 1
-        gate = threading.Barrier(3)
-        release = threading.Event()
-
-        def busy() -> int:
-            gate.wait(30)
-            release.wait(30)
-            return threading.get_ident()
-
-        running = [pool.submit(busy) for _ in range(3)]
-        queued = pool.submit(threading.get_ident)
-        time.sleep(0.2)
-        assert not queued.done()  # all three threads are busy
-        release.set()
-        assert queued.result(timeout=30) in {f.result(timeout=30) for f in running}
-        failing = pool.submit(int, "not a number")
-        assert isinstance(failing.exception(timeout=30), ValueError)
-    finally:
-        pool.shutdown()
-        twin._LIVE.discard(counter)
-    assert not any(t.is_alive() for t in threads)
-    with pytest.raises(RuntimeError):
-        pool.submit(threading.get_ident)
-
-
-def test_an_idle_thread_of_the_pool_holds_nothing_of_the_tasks_it_ran():
-    class Result:
-        pass
-
-    pool = LastIdlePool(1, "zq-hold")
-    try:
-        for _ in range(2):  # the task that starts the thread, then one it is handed idle
-            future = pool.submit(Result)
-            result = weakref.ref(future.result(timeout=30))
-            del future
-            gc.collect()
-            assert result() is None
-    finally:
-        pool.shutdown()
-
-
-def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path):
+def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp_path, _counter):
     """The proxy's worker threads start, set up to count, before it serves (Starlette's own pool
     starts a thread at a busy moment and retires it after 10 idle seconds, so a later burst's new
     threads set up at their first count); they end with the proxy."""

@@ -236,7 +236,7 @@ def test_mistral_message_cost_is_its_encoding_alone_and_builds_do_not_tokenize_i
         assert counter.message_cost(m) == _mistral_own_alone(m), m.role
     lengths = counter._lengths
     encoded: list[str] = []
-    count = lengths._length  # what the counter tokenizes text with (its fastokens twin's count)
+    count = lengths._length  # what the counter tokenizes text with
     lengths._length = lambda s: encoded.append(s) or count(s)
     assert counter.count_prompt(messages, tools) == _mistral_own(messages, tools)
     framed = sum(len(m.content) for m in messages if m.role in ("user", "system")) + len(json.dumps(tools))
@@ -253,14 +253,13 @@ _TEKKEN_PARTS = ["a", "b c", " ", "\n", "\n\n", "\t", "<s>", "</s>", "[INST]", "
 def test_mistral_tekken_encode_equals_mistral_commons_own(parts):
     """The counter's Tekken encode (``encode_ordinary``, the offset read once, long texts kept)
     gives the ids of mistral-common's own, untouched tokenizer, special-looking text included, and
-    as many of them while counting (not shifted, counted by the fastokens twin)."""
+    as many of them while counting (not shifted)."""
     counter = resolve("mistral-tekken")
     ours = counter._tok.instruct_tokenizer.tokenizer
     own = _own_tekken().instruct_tokenizer.tokenizer
-    assert counter._lengths.backend.startswith("fastokens twin")
     text = "".join(parts)
     for s in (text, text * 8):  # the second is long enough to be kept, and is asked for twice
-        assert counter._lengths._length(s) == len(own.encode(s, bos=False, eos=False))  # the twin's count
+        assert counter._lengths._length(s) == len(own.encode(s, bos=False, eos=False))
         for bos, eos in ((False, False), (True, True), (False, False)):
             assert ours.encode(s, bos=bos, eos=eos) == own.encode(s, bos=bos, eos=eos)
         counter._lengths.counting = True  # as while counting: ids not shifted, as many

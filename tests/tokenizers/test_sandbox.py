@@ -63,7 +63,7 @@ CONVERSATION = [
     "{%- macro m(x, y=7) %}[{{ x }}{{ y }}]{% endmacro %}{{ m('a', y=3) }}{{ m(x='b') }}",
     "{%- macro m(x) %}({{ x }}{{ varargs|length }}{{ kwargs|length }}){% endmacro %}{{ m(1, 2, 3, k=4) }}",
     "{%- macro m(x) %}<{{ caller() }}{{ x }}>{% endmacro %}{% call m(messages[1].role) %}in{% endcall %}",
-    # fields of dicts read in line: present, missing, nested, beside dict methods and loop attributes
+    # fields of dicts: present, missing, nested, beside dict methods and loop attributes
     "{%- for message in messages %}{{ message.role }}:{{ message.name is defined }}:"
     "{{ message.content|trim }}{% if message.tool_calls %}{% for c in message.tool_calls %}"
     "{{ c.function.name }}{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}"
@@ -72,7 +72,7 @@ CONVERSATION = [
     "{{ messages[0].missing is defined }}{{ messages[0].missing|default('d') }}{{ (messages|last).tool_call_id }}",
     "{%- set ns = namespace(found=none) %}{%- for m in messages %}{%- if m.role == 'tool' %}"
     "{%- set ns.found = m.tool_call_id %}{% endif %}{% endfor %}{{ ns.found }}{{ messages[1].get('role') }}",
-    # loop and namespace attributes read in line: plain values, undefined ones at a loop's ends, a
+    # loop and namespace attributes: plain values, undefined ones at a loop's ends, a
     # callable held in a namespace, a missing name, a namespace field named like a loop attribute
     "{%- set ns = namespace(n=0, last=none, first=messages[0], get=messages[0].get) %}"
     "{%- for m in messages %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
@@ -81,10 +81,8 @@ CONVERSATION = [
     "{%- set ns.last = m.role %}{% endfor %}{{ ns.n }}{{ ns.last }}{{ ns.first.role }}{{ ns.get('role') }}"
     "{{ ns.missing is defined }}",
 ])
-def test_direct_macro_calls_and_fields_in_line_render_as_transformers_does(source):
+def test_direct_macro_calls_and_fields_render_as_transformers_does(source):
     ours = JinjaFormat(source, name="probe")
-    assert "_bf" in ours._template.root_render_func.__code__.co_varnames or "." not in source
-    assert "_bv" in ours._template.root_render_func.__code__.co_varnames or not ("loop." in source or "ns." in source)
     got = ours.render(CONVERSATION, None, add_generation_prompt=False)
     from transformers.utils.chat_template_utils import _compile_jinja_template
 

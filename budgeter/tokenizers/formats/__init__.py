@@ -33,30 +33,13 @@ class JinjaFormat:
             self._template = compile_(template)
         except Exception as exc:
             raise TemplateError(f"chat template {name!r} does not compile: {exc}") from exc
-        self._template = _inline_dict_fields(self._template, template)
         _skip_fixed_sandbox_checks(self._template.environment)
-        _memo_tojson(self._template.environment)
-        _plain_errors(self._template.environment)
         self._template.globals = dict(self._template.globals)
-        """Flattened once: every render copies the template's globals into a new context, and
-        from the ``ChainMap`` jinja keeps them in (the template's over the environment's, which
-        nothing changes after compiling) that copy runs as Python code: 5.5-7 us of a render,
-        a third of a short one."""
-        self._traced: JinjaFormat | None = None
+        """Flattened once: every render copies the template's globals from the ``ChainMap`` jinja
+        keeps them in, in Python, a third of a short render (``bench_service``)."""
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
-
-    def tracing(self) -> JinjaFormat | None:
-        """A copy of this format whose template traces stand-in fields (``core/frames.py``); None where
-        the template cannot be traced (it reads the clock, or tests ``x in y`` on a non-literal)."""
-        if self._traced is None:
-            if "strftime_now" in self.source or reads_with_in(self.source, self._template.environment):
-                return None
-            traced = JinjaFormat(self.source, name=self.name, variables=self._variables, dynamic=self.dynamic)
-            trace_environment(traced._template)
-            self._traced = traced
-        return self._traced
 
     def _needs_object_arguments(self) -> bool:
         def call(arguments: Any) -> list[dict[str, Any]]:
@@ -87,12 +70,10 @@ class JinjaFormat:
 
 
 def _render(template: Any, variables: dict[str, Any]) -> str:
-    """``template.render(**variables)``, leaving no reference cycle behind. A template's macros
-    are closures over the render's context, which holds them in its variables: every render of
-    such a template that reads a template variable (Qwen3.6's ``render_content``) left ~30 objects
-    in a cycle that only the garbage collector frees (61 turns of generated sessions: 80 renders,
-    2,343 objects). Emptying the context's variables after the render breaks the cycle, so
-    reference counting frees the render when it ends and the collector has less to walk."""
+    """``template.render(**variables)``, leaving no reference cycle behind: a template's macros
+    are closures over the render's context, which holds them, and emptying the context's
+    variables after the render lets reference counting free it, so that the garbage collector,
+    whose full walks were a turn's p99, has less to walk (``bench_service``)."""
     ctx = template.new_context(variables)
     try:
         return template.environment.concat(template.root_render_func(ctx))  # type: ignore[no-any-return]
@@ -116,63 +97,6 @@ def _object_arguments(m: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))
-_LOOP_FIELDS = frozenset({"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
-                          "depth0", "previtem", "nextitem"})
-_PLAIN = frozenset({int, bool, float, str, dict, list, tuple, type(None)})
-"""Types whose values are never callable: ``getattr_`` hands such a loop or namespace attribute back
-as it is."""
-
-
-def _inline_dict_fields(template: Any, source: str) -> Any:
-    """The template compiled again, with ``message.role`` on a dict read in line: jinja compiles
-    every ``x.name`` to a call of ``environment.getattr(x, 'name')``, whose answer for a dict and a
-    name that is not a dict attribute is ``x['name']`` when the key is there (the sandbox's and the
-    patched ``getattr_``'s alike). The generated code now tests that first and calls the
-    environment only otherwise (a missing key, a loop, a str method...): a window render of
-    Qwen3.6 reads ~100 fields. A loop's attributes (``loop.index0``, ``loop.previtem``...) and a
-    namespace's (``ns.multi_step_tool``) are read in line too where their value is a plain one
-    (a number, a string, a dict or list, none), which ``getattr_`` would have answered alike:
-    Qwen3.6's window render reads ~30 of them, each a call of ``getattr_`` before. The template as
-    compiled is kept where this does not compile."""
-    env = template.environment
-    env._budgeter_plain = _PLAIN
-    env._budgeter_ns = env.globals.get("namespace")  # transformers' namespace class
-    compiled_by = env.code_generator_class
-    env.code_generator_class = _inline_generator()
-    try:
-        return env.from_string(source)
-    except Exception:  # (a generated expression where an assignment expression is not allowed)
-        return template
-    finally:
-        env.code_generator_class = compiled_by
-
-
-@functools.cache
-def _inline_generator() -> type:
-    """jinja's code generator, writing a dict field's read in line (``_inline_dict_fields``)."""
-    from jinja2.compiler import CodeGenerator, optimizeconst
-
-    class Inline(CodeGenerator):
-        @optimizeconst
-        def visit_Getattr(self, node: Any, frame: Any) -> None:
-            name = node.attr
-            if self.environment.is_async or name in _DICT_ATTRIBUTES or not name.isidentifier():
-                super().visit_Getattr(node, frame)
-                return
-            self.write(f"(_bf[{name!r}] if type(_bf := ")
-            self.visit(node.node, frame)
-            self.write(f") is dict and {name!r} in _bf else ")
-            plain = "in environment._budgeter_plain else "
-            if name in _LOOP_FIELDS:  # attributes every LoopContext has (no AttributeError)
-                self.write(f"_bv if type(_bf) is LoopContext and type(_bv := _bf.{name}) {plain}")
-            if not name.startswith("_"):  # a namespace holds its values in a dict of its own
-                self.write(f"_bv if type(_bf) is environment._budgeter_ns and {name!r} in "
-                           f"(_ba := _bf._Namespace__attrs) and type(_bv := _ba[{name!r}]) {plain}")
-            self.write(f"environment.getattr(_bf, {name!r}))")
-
-    return Inline
-
-
 _STR_FORMAT = frozenset({"format", "format_map"})
 _BUILTIN = type("".strip)
 
@@ -183,7 +107,8 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
     dict attribute, the sandbox's answer is always ``obj[name]`` or undefined; for a public
     attribute of a loop or a namespace, or a public str method (not format/format_map), it is
     always the attribute; calling a str method or a macro is always allowed. Go there directly:
-    same semantics as ``ImmutableSandboxedEnvironment``, far fewer checks on long histories."""
+    same semantics as ``ImmutableSandboxedEnvironment``, far fewer checks on long histories,
+    without which a loaded replica spends about a fifth more CPU a turn (``bench_load``)."""
     if getattr(env, "_budgeter_fast", False):
         return
     sandboxed = env.getattr
@@ -244,140 +169,6 @@ def _skip_fixed_sandbox_checks(env: Any) -> None:
     env.getattr = getattr_
     env.call = call
     env._budgeter_fast = True
-
-
-_STRUCTURAL = frozenset({"length", "count", "first", "last", "reverse", "list", "items"})
-"""Filters that only count, reorder or hand back the items of a container (``messages|length``):
-a stand-in among the items is never read, and a stand-in as the value itself is read only through
-its own refusing methods (``len``, iteration, slicing)."""
-
-
-def trace_environment(template: Any) -> None:
-    """Make a compiled template (its own environment, not shared) trace ``Sym`` values."""
-    from jinja2.runtime import Macro
-
-    from budgeter.core.frames import Sym, Untraceable, holds, joined
-
-    env = template.environment
-
-    def value_only(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            passed = getattr(fn, "jinja_pass_arg", None)
-            rest = args[2:] if passed is not None else args[1:]  # (context/environment,) value, ...
-            if holds(rest) or holds(kwargs):
-                raise Untraceable(f"a field is an argument of {name}")
-            return fn(*args, **kwargs)
-        return run
-
-    def refusing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if holds(args) or holds(kwargs):
-                raise Untraceable(f"a field is read by {name}")
-            return fn(*args, **kwargs)
-        return run
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in ("trim", "string"):  # str.strip of the value (modeled), the value itself
-            return value_only(name, fn)
-        if name in _STRUCTURAL:
-            return fn
-        return refusing(name, fn)
-
-    env.filters = {name: wrap(name, fn) for name, fn in env.filters.items()}
-    typed = {"string", "mapping", "defined", "undefined", "none", "number", "boolean", "true", "false",
-             "iterable", "sequence"}  # by the value's type (or identity), never its text
-
-    def by_type(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def run(value: Any, *args: Any) -> Any:
-            if holds(args):
-                raise Untraceable("a field is an argument of a test")
-            return fn("x" if isinstance(value, Sym) else value, *args)  # any string answers alike
-        return run
-
-    env.tests = {name: by_type(fn) if name in typed else refusing(name, fn) for name, fn in env.tests.items()}
-    call = env.call
-    namespace = env.globals.get("namespace", object())
-
-    def traced_call(context: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        if (isinstance(getattr(obj, "__self__", None), Sym) or type(obj) is Macro or obj is namespace
-                or not (holds(args) or holds(kwargs))):
-            return call(context, obj, *args, **kwargs)
-        raise Untraceable("a field is an argument of a call")
-
-    env.call = traced_call
-
-    def concat(items: Any) -> str:
-        parts = list(items)
-        if any(isinstance(p, Sym) for p in parts):
-            return joined(parts)
-        return "".join(parts)
-
-    env.concat = concat
-    template.root_render_func.__globals__["str"] = lambda x: x if isinstance(x, Sym) else str(x)
-
-
-def reads_with_in(source: str, env: Any) -> bool:
-    """Whether the template tests ``x in y`` (or ``not in``) with anything but a literal as ``x``
-    (``field in "literal"`` is decided in C, unseen by a trace)."""
-    from jinja2 import nodes
-
-    tree = env.parse(source)
-    for compare in tree.find_all(nodes.Compare):
-        left = compare.expr
-        for operand in compare.ops:
-            if operand.op in ("in", "notin") and not isinstance(left, nodes.Const):
-                return True
-            left = operand.expr
-    return False
-
-
-def _plain_errors(env: Any) -> None:
-    """An error raised while rendering propagates as it was raised. jinja would first rewrite its
-    traceback to point into the template source, compiling a fake frame for each template line
-    on the way (Gemma 3: ~2% of a turn, from the tails of conversations its template refuses
-    while anchors are found). budgeter reads only the error's message (``TemplateError``)."""
-
-    def handle_exception(source: str | None = None) -> Any:
-        raise  # the exception being handled, traceback as it is
-
-    env.handle_exception = handle_exception
-
-
-def _memo_tojson(env: Any, *, limit: int = 8192) -> None:
-    """``tojson`` of the same container again answers from a memo. The tool schemas and parsed
-    arguments a template serializes are the same objects on every build (the session's tools,
-    the per-message template dicts), never changed once made (the sandbox cannot mutate them), so
-    the answer is the text made the first time. Anything but a dict or list is serialized as before.
-    Bounded by the characters of the texts held (``core/memo.py``: parsed arguments can hold a whole
-    file), and the memo of calls with no options by ``limit`` entries too."""
-    from budgeter.core.memo import CharMemo, IdentityMemo
-
-    tojson = env.filters.get("tojson")
-    if tojson is None or getattr(tojson, "_budgeter_memo", False):
-        return
-    memo = IdentityMemo(size=len)
-    plain: CharMemo[int, tuple[Any, Any]] = CharMemo()
-    """``x|tojson`` with no options (the Qwen templates' tools and arguments): by ``x``'s id alone, ``x`` held beside
-    its text so that the id stays its own (no key tuple, no closure: 5 calls a Qwen3.6 render)."""
-
-    def memo_tojson(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if type(x) not in (dict, list):
-            return tojson(x, *args, **kwargs)
-        if args or kwargs:
-            return memo.get((x,), lambda: tojson(x, *args, **kwargs), key=(args, tuple(sorted(kwargs.items()))))
-        hit = plain.get(id(x))
-        if hit is None:
-            text = tojson(x)
-            if len(plain) >= limit:
-                plain.clear()
-            hit = plain.put(id(x), (x, text), len(text))
-        return hit[1]
-
-    memo_tojson._budgeter_memo = True  # type: ignore[attr-defined]
-    env.filters["tojson"] = memo_tojson
 
 
 TEMPLATES = {"qwen3.6": "Qwen3.6 published chat template",
