@@ -74,6 +74,14 @@ def gauge() -> float:
 
 
 def cpu_seconds(pid: int) -> float:
+    """Seconds of CPU of every thread of ``pid`` (``/proc/PID/task/*/schedstat``, nanoseconds: the
+    clock ticks of ``/proc/PID/stat`` are 10 ms, coarser than a short run's Redis time)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    if total:
+        return total / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
 

@@ -90,24 +90,14 @@ class GrpcSide:
         prompt = None
         for t in before:
             prompt = s.prompt(append=t, since=prompt)
-        cpu0 = process_cpu(self.pid)
+        cpu0 = cpu_seconds(self.pid)
         for t in measured:
             t0 = time.perf_counter()
             prompt = s.prompt(append=t, since=prompt)
             self.ms.append((time.perf_counter() - t0) * 1000)
             self.prompts.append(prompt.messages)
-        self.cpu += process_cpu(self.pid) - cpu0
+        self.cpu += cpu_seconds(self.pid) - cpu0
         return prompt.budget if prompt else 0
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds of CPU of every thread of ``pid`` (``/proc/PID/task/*/schedstat``, nanoseconds; the
-    clock ticks of ``/proc/PID/stat`` are 10 ms, coarser than a turn)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9 if total else cpu_seconds(pid)
 
 
 def serve_args(folder: Path, *store: str) -> list[str]:
@@ -284,10 +274,10 @@ def _interleave(sides: dict[int, GrpcSide], bodies: dict[int, dict[str, Any]], k
     for i in range(k):
         for c, side in sides.items():
             s, prompt, rest = live[c]
-            cpu0, t0 = process_cpu(side.pid), time.perf_counter()
+            cpu0, t0 = cpu_seconds(side.pid), time.perf_counter()
             prompt = s.prompt(append=rest[i], since=prompt)
             side.ms.append((time.perf_counter() - t0) * 1000)
-            side.cpu += process_cpu(side.pid) - cpu0
+            side.cpu += cpu_seconds(side.pid) - cpu0
             live[c] = (s, prompt, rest)
 
 

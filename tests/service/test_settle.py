@@ -22,6 +22,6 @@ def test_settle_loads_the_first_turn_work_and_freezes_it():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120,
                          check=True).stdout.split()
     frozen, validator, walked, young = int(out[0]), out[1], int(out[2]), int(out[3])
-    assert frozen > 50_000 and validator == "True"
+    assert frozen > 20_000 and validator == "True"  # the libraries a turn uses (the base install's: no transformers)
     assert young == YOUNG > 700  # Python's default
     assert walked < frozen // 20  # what a full collection still walks: a few objects, not the libraries
