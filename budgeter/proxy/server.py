@@ -19,8 +19,8 @@ import uvicorn
 from budgeter.errors import BudgeterError
 from budgeter.proxy.app import create_app
 from budgeter.sessions.cpus import pin
-from budgeter.sessions.profiles import Profiles, settle
 from budgeter.sessions.sessions import Limits, Sessions
+from budgeter.sessions.tokenizers import Tokenizers, settle
 from budgeter.settings import Settings
 from budgeter.store import open_store
 
@@ -33,12 +33,12 @@ def open_sessions(settings: Settings) -> Sessions:
     if settings.store_url.startswith(("redis", "unix://")):
         options["prefix"] = settings.redis_prefix
     store = open_store(settings.store_url, **options)
-    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer,
+    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
                         formats=settings.chat_formats)
-    profiles.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
+    tokenizers.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
                     settings.max_sessions, settings.live_sessions, settings.live_bytes)
-    return Sessions(store, profiles, limits=limits)
+    return Sessions(store, tokenizers, limits=limits)
 
 
 class _Server(uvicorn.Server):
@@ -168,7 +168,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     seconds."""
     pin(settings.cpus)
     sessions = open_sessions(settings)
-    settle(sessions.profiles, [settings.default_tokenizer])
+    settle(sessions.tokenizers, [settings.default_tokenizer])
     try:
         sock = _bind(settings)
         port = sock.getsockname()[1]

@@ -76,7 +76,7 @@ def _check_fields(body: dict[str, Any]) -> None:
 class ProxySessions:
     def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float) -> None:
         self.sessions = sessions
-        self.tokenizer = sessions.profiles.name(tokenizer)
+        self.tokenizer = sessions.tokenizers.name(tokenizer)
         self.policy = policy
         self.ttl = ttl
 

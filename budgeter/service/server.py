@@ -1,4 +1,4 @@
-"""Server assembly: store, profiles, servicer, health, reflection, metrics, graceful stop.
+"""Server assembly: store, tokenizers, servicer, health, reflection, metrics, graceful stop.
 
 ``create_server(settings)`` returns a started ``Server`` bound to ``settings.port`` (0 picks a free
 one; tests bind ``127.0.0.1:0``). ``serve(settings)`` runs until SIGTERM or SIGINT, then lets
@@ -28,8 +28,8 @@ from budgeter.service.auth import Auth
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.sessions.cpus import pin, span
 from budgeter.sessions.metrics import Metrics
-from budgeter.sessions.profiles import Profiles, settle
 from budgeter.sessions.sessions import Limits, Sessions
+from budgeter.sessions.tokenizers import Tokenizers, settle
 from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
@@ -58,7 +58,7 @@ class Server:
 
     def ready(self) -> None:
         """Report SERVING (while the store answers): ``budgeter serve`` calls this once its
-        profiles are loaded and its RPC workers started, so that a balancer sends no call to a
+        tokenizers are loaded and its RPC workers started, so that a balancer sends no call to a
         replica still warming up."""
         self._set_health(ready=True)
 
@@ -127,13 +127,13 @@ def create_server(settings: Settings, *, store: SessionStore | None = None, read
 
 
 def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]], ready: bool) -> Server:
-    profiles = Profiles(settings.tokenizers, default=settings.default_tokenizer,
+    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
                         formats=settings.chat_formats)
     for name in {settings.default_tokenizer, *settings.preload}:
-        profiles.counter(name)  # load now, so the first request is not the slow one
+        tokenizers.counter(name)  # load now, so the first request is not the slow one
     limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
                     settings.max_sessions, settings.live_sessions, settings.live_bytes)
-    sessions = Sessions(store, profiles, limits=limits)
+    sessions = Sessions(store, tokenizers, limits=limits)
     metrics = Metrics()
     metrics.watch_store(store)
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),
@@ -308,7 +308,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     preload()  # all it may import: a pip install over the package cannot break the running server
-    settle(server.sessions.profiles, {settings.default_tokenizer, *settings.preload})
+    settle(server.sessions.tokenizers, {settings.default_tokenizer, *settings.preload})
     server.start_workers()
     log.info("budgeter listening on %s:%d (store %s, metrics port %s)", settings.host, server.port,
              server.sessions.store.name, server.metrics_port or "off")

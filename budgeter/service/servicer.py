@@ -178,7 +178,7 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         return pb.ListTokenizersResponse(tokenizers=[
             pb.TokenizerProfile(name=p.name, spec=p.spec, is_default=p.is_default,
                                 description=p.description)
-            for p in self.sessions.profiles.all()])
+            for p in self.sessions.tokenizers.all()])
 
     @rpc
     def GetPayload(self, request: pb.GetPayloadRequest, context: Any) -> pb.GetPayloadResponse:

@@ -31,7 +31,7 @@ from budgeter.core.engine import Engine
 from budgeter.core.messages import Message, from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
 from budgeter.sessions.model import SessionInfo, StoredMessage
-from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store.base import SessionRecord, SessionStore, chain
 
 BYTES_PER_CHAR = 8
@@ -90,10 +90,10 @@ class Live:
 
 
 class Replica:
-    def __init__(self, store: SessionStore, profiles: Profiles, *, limit: int = 512,
+    def __init__(self, store: SessionStore, tokenizers: Tokenizers, *, limit: int = 512,
                  limit_bytes: int = 1 << 30) -> None:
         self.store = store
-        self.profiles = profiles
+        self.tokenizers = tokenizers
         self.limit = limit
         self.limit_bytes = limit_bytes
         memos.configure(memo_chars(limit_bytes))  # (process-wide: the replica made last sets it)
@@ -150,7 +150,7 @@ class Replica:
     def _new_live(self, record: SessionRecord) -> Live:
         info = SessionInfo.of(record)
         config = info.config
-        counter = self.profiles.counter(config.tokenizer)
+        counter = self.tokenizers.counter(config.tokenizer)
         return Live(info, Engine(counter, policy=config.policy, tools=config.tools), digest=record.digest)
 
     def _keep(self, live: Live) -> Live:
@@ -217,7 +217,7 @@ class Replica:
         cfg = live.info.config
         counter = live.engine.counter
         messages = []
-        with self.profiles.lock(cfg.tokenizer):
+        with self.tokenizers.lock(cfg.tokenizer):
             for text in records:
                 raw, spec, tokens, pieces = StoredMessage.decode(text)
                 m = from_openai(raw)

@@ -50,8 +50,8 @@ from budgeter.sessions.model import (
     scoped,
     session_id_of,
 )
-from budgeter.sessions.profiles import Profiles
 from budgeter.sessions.replica import Live, Replica
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, StaleIncarnation, check_session_id
 
 __all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "Line", "SessionConfig", "SessionInfo", "Sessions",
@@ -75,13 +75,13 @@ into (every read of the session, and every listing page holding it, failed)."""
 
 
 class Sessions:
-    def __init__(self, store: SessionStore, profiles: Profiles, *, limits: Limits | None = None,
+    def __init__(self, store: SessionStore, tokenizers: Tokenizers, *, limits: Limits | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.profiles = profiles
+        self.tokenizers = tokenizers
         self.limits = limits or Limits()
         self._clock = clock
-        self.replica = Replica(store, profiles, limit=self.limits.live_sessions,
+        self.replica = Replica(store, tokenizers, limit=self.limits.live_sessions,
                                limit_bytes=self.limits.live_bytes)
 
     # -- sessions ------------------------------------------------------------------------------
@@ -89,13 +89,13 @@ class Sessions:
     def create(self, *, session_id: str = "", tokenizer: str = "", policy: dict[str, Any] | None = None,
                tools: Sequence[JSONDict] = (), ttl: float | None = None) -> SessionInfo:
         sid = scoped(check_session_id(session_id) if session_id else uuid.uuid4().hex)
-        name = self.profiles.name(tokenizer)
-        config = SessionConfig(name, self.profiles.spec(name), policy_from_dict(policy or {}),
+        name = self.tokenizers.name(tokenizer)
+        config = SessionConfig(name, self.tokenizers.spec(name), policy_from_dict(policy or {}),
                                tuple(check_tools(tools)))
         if ttl is not None and not 0 < ttl <= MAX_TTL:
             raise InvalidInput(f"ttl must be positive and at most {MAX_TTL // 86_400:,} days", field="ttl",
                                metadata={"max_seconds": MAX_TTL})
-        self.profiles.counter(name)  # fail now if the profile cannot load
+        self.tokenizers.counter(name)  # fail now if the profile cannot load
         if self.store.count() >= self.limits.max_sessions:
             raise QuotaExceeded(f"this server holds its maximum of {self.limits.max_sessions} sessions",
                                 metadata={"max_sessions": self.limits.max_sessions})
@@ -163,13 +163,13 @@ class Sessions:
         caller reads the session and appends again)."""
         info = live.info
         cfg = info.config
-        counter = self.profiles.counter(cfg.tokenizer)
+        counter = self.tokenizers.counter(cfg.tokenizer)
         records: list[str] = []
         made: list[tuple[int, tuple[CallInfo, ...], str | None]] = []
         with live.lock:
             facts = live.engine.log.preview(messages)
             seen, seen_digest = live.version, live.digest
-        with self.profiles.lock(cfg.tokenizer):
+        with self.tokenizers.lock(cfg.tokenizer):
             for m, text, f in zip(messages, texts, facts, strict=True):
                 cost, pieces = counter.export_cost(m)
                 records.append(StoredMessage(text, cfg.spec, cost, pieces).encode())
@@ -224,7 +224,7 @@ class Sessions:
         how many of its leading messages the new prompt shares."""
         sid = session_id_of(name)
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
-        with live.lock, self.profiles.lock(live.info.config.tokenizer):
+        with live.lock, self.tokenizers.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
             wire = sent(live.engine.counter, result.messages, live.engine.tools)
             live.unstored.update((h, escape_surrogates(t)) for h, t in result.payloads.items()
@@ -255,9 +255,9 @@ class Sessions:
              ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
         """The request to send for a prompt counted under ``tokenizer``: what it counted, and the
         profile's rewrites for its template where it was rewritten (else ())."""
-        name = self.profiles.name(tokenizer)
-        counter = self.profiles.counter(name)
-        with self.profiles.lock(name):
+        name = self.tokenizers.name(tokenizer)
+        counter = self.tokenizers.counter(name)
+        with self.tokenizers.lock(name):
             got = sent(counter, messages, tools)
         if got is None:
             return [to_openai(m) for m in messages], list(tools), ()
@@ -266,22 +266,22 @@ class Sessions:
     def fit(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict], policy: dict[str, Any]
             ) -> BuildResult:
         """A stateless build: ``messages`` compacted to fit under ``policy``, nothing stored."""
-        name = self.profiles.name(tokenizer)
-        counter = self.profiles.counter(name)
-        with self.profiles.lock(name):
+        name = self.tokenizers.name(tokenizer)
+        counter = self.tokenizers.counter(name)
+        with self.tokenizers.lock(name):
             return trim(messages, counter=counter, tools=tools, policy=policy_from_dict(policy))
 
     def adaptations(self, tokenizer: str) -> tuple[Adaptation, ...]:
         """The rewrites ``tokenizer``'s profile makes for its template (found when it loaded)."""
-        return adaptations(self.profiles.counter(self.profiles.name(tokenizer)))
+        return adaptations(self.tokenizers.counter(self.tokenizers.name(tokenizer)))
 
     def count(self, *, tokenizer: str = "", messages: Sequence[Message] = (), text: str = "",
               tools: Sequence[JSONDict] = ()) -> CountResult:
         if messages and text:
             raise InvalidInput("give messages or text, not both", field="text")
-        name = self.profiles.name(tokenizer)
-        counter = self.profiles.counter(name)
-        with self.profiles.lock(name):
+        name = self.tokenizers.name(tokenizer)
+        counter = self.tokenizers.counter(name)
+        with self.tokenizers.lock(name):
             if not messages:
                 return CountResult(counter.count_text(text), (), name, counter.notes)
             total = counter.count_prompt(messages, check_tools(tools))
@@ -303,11 +303,11 @@ class Sessions:
             history = list(live.engine.history)
         out = []
         for spec_name in list(tokenizers) or [cfg.tokenizer]:
-            name_ = self.profiles.name(spec_name)
+            name_ = self.tokenizers.name(spec_name)
             started = time.perf_counter()
-            counter = self.profiles.counter(name_)
+            counter = self.tokenizers.counter(name_)
             loaded = time.perf_counter() - started
-            with self.profiles.lock(name_):
+            with self.tokenizers.lock(name_):
                 result = profile(history, counter=counter, tools=cfg.tools, policy=policy,
                                  load_seconds=loaded)
             out.append({**result.as_dict(top=top or 10), "tokenizer": name_})

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.tokenizers import Tokenizers
 from tests.bench.bench_service import profile_spec
 
 
@@ -54,7 +54,7 @@ def main() -> None:
             if spec is None:
                 print(f"  {name:<16} skipped: its files are absent here")
                 continue
-            pieces = Profiles({name: spec}, default=name).counter(name).pieces
+            pieces = Tokenizers({name: spec}, default=name).counter(name).pieces
             tokenizer = pieces.tokenizer
             tokenizer.count_batch(["set up in this thread first"])  # (fastokens' per-thread set-up)
             started = time.process_time()

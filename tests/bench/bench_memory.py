@@ -66,14 +66,14 @@ def chat(chars: int) -> dict[str, Any]:
 
 
 def sessions_layer(directory: str, live_bytes: int) -> Any:
-    from budgeter.sessions.profiles import Profiles
     from budgeter.sessions.sessions import Limits, Sessions
+    from budgeter.sessions.tokenizers import Tokenizers
     from budgeter.store import open_store
 
-    profiles = Profiles({}, default=PROFILE)
-    profiles.counter(PROFILE)
+    tokenizers = Tokenizers({}, default=PROFILE)
+    tokenizers.counter(PROFILE)
     store = open_store(f"sqlite://{directory}/bench.db")
-    return Sessions(store, profiles, limits=Limits(live_bytes=live_bytes))
+    return Sessions(store, tokenizers, limits=Limits(live_bytes=live_bytes))
 
 
 def play(sessions: Any, body: dict[str, Any]) -> tuple[str, int, int]:
@@ -122,7 +122,7 @@ def clear_message_memos(sessions: Any) -> None:
     piece-count cache (``PieceCounter._cache``) is left as it is."""
     from budgeter.core import memo
 
-    pieces = sessions.profiles.counter(PROFILE).pieces._cache
+    pieces = sessions.tokenizers.counter(PROFILE).pieces._cache
     for held in memo.bounded():
         if held is not pieces:
             held.clear()

@@ -39,7 +39,7 @@ from typing import Any
 from budgeter.client import Client
 from budgeter.core.messages import Message, from_openai_list
 from budgeter.service.server import create_server
-from budgeter.sessions.profiles import settle
+from budgeter.sessions.tokenizers import settle
 from budgeter.settings import Settings
 from tests.bench.sessions import make_session
 from tests.redis_server import RedisServer, redis_binary
@@ -63,7 +63,7 @@ def turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def run(store: str, bodies: list[dict[str, Any]], window: int) -> dict[str, list[float]]:
     settings = Settings(port=0, metrics_port=0, store=store, host="127.0.0.1")
     server = create_server(settings)
-    settle(server.sessions.profiles, [settings.default_tokenizer])  # as `budgeter serve` does
+    settle(server.sessions.tokenizers, [settings.default_tokenizer])  # as `budgeter serve` does
     server.start_workers()
     times: dict[str, list[float]] = {"append": [], "build": [], "turn": [], "one call": []}
     tokens = []
@@ -189,7 +189,7 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
                             default_tokenizer=next(iter(specs)))
         server = create_server(settings)
         client_side()
-        settle(server.sessions.profiles, list(specs))  # as `budgeter serve` does with --preload
+        settle(server.sessions.tokenizers, list(specs))  # as `budgeter serve` does with --preload
         server.start_workers()
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
         kept: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]]] = {n: [] for n in specs}
@@ -215,9 +215,9 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
                                 kept[name].append((prompt.messages, prompt.tools, prompt.tokens))
                         if prompt is not None:
                             kept[name].append((prompt.messages, prompt.tools, prompt.tokens))
-            profiles = server.sessions.profiles
+            tokenizers = server.sessions.tokenizers
             for name, prompts in kept.items():
-                counter = profiles.counter(profiles.name(name))
+                counter = tokenizers.counter(tokenizers.name(name))
                 for messages, tools, tokens in prompts:
                     fresh = fresh_count(counter, from_openai_list(messages), tools)
                     if fresh != tokens:

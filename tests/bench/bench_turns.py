@@ -36,8 +36,8 @@ import time
 
 from budgeter.core.messages import from_openai_list
 from budgeter.service import convert
-from budgeter.sessions.profiles import Profiles, settle
 from budgeter.sessions.sessions import Sessions
+from budgeter.sessions.tokenizers import Tokenizers, settle
 from budgeter.store import open_store
 from budgeter.v1 import budgeter_pb2 as pb
 from tests.bench.bench_service import pct, profile_spec, turns
@@ -87,9 +87,9 @@ def main() -> None:
         spec = profile_spec(args.profile, tmp)
         if spec is None:
             raise SystemExit(f"{args.profile}: its files are absent here")
-        profiles = Profiles({args.profile: spec}, default=args.profile)
-        settle(profiles, [args.profile])  # loaded and warmed, then gc.freeze, as `budgeter serve` does
-        sessions = Sessions(open_store("memory://"), profiles)
+        tokenizers = Tokenizers({args.profile: spec}, default=args.profile)
+        settle(tokenizers, [args.profile])  # loaded and warmed, then gc.freeze, as `budgeter serve` does
+        sessions = Sessions(open_store("memory://"), tokenizers)
         turn_loop(sessions, args.profile, [make_session(1000, chars=300_000)])  # warm-up
         bodies = [make_session(seed, chars=300_000) for seed in range(args.sessions or 3 * args.repeat)]
         if args.callgrind:  # instructions from here on: the turns, not the set-up

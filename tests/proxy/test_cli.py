@@ -68,6 +68,6 @@ def test_chat_formats_reach_the_profiles(tmp_path, tiny_bpe_path):
                         chat_formats="bare=chatml")
     sessions = open_sessions(settings)
     try:
-        assert any("chatml (chosen)" in n for n in sessions.profiles.counter("bare").notes)
+        assert any("chatml (chosen)" in n for n in sessions.tokenizers.counter("bare").notes)
     finally:
         sessions.store.close()

@@ -12,8 +12,8 @@ import pytest
 from budgeter.client import Client
 from budgeter.core import memo
 from budgeter.service.server import create_server
-from budgeter.sessions.profiles import Profiles
 from budgeter.sessions.replica import MIN_MEMO_CHARS, Replica, memo_chars
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store import MemoryStore
 from tests.bench.bench_engine import turns
 from tests.bench.sessions import make_session
@@ -53,7 +53,7 @@ def test_memos_stay_under_their_budgets_with_many_long_sessions(small):
             assert over_budget() == []
         played += sum(len(m.get("content") or "") for m in body["messages"])
     assert played > 2 * BUDGET
-    counter = srv.sessions.profiles.counter(srv.sessions.profiles.name(""))
+    counter = srv.sessions.tokenizers.counter(srv.sessions.tokenizers.name(""))
     assert 0 < counter._dicts.chars <= BUDGET < played  # it turned over
     assert all(m.limit_chars == BUDGET for m in memo.bounded())
 
@@ -61,9 +61,9 @@ def test_memos_stay_under_their_budgets_with_many_long_sessions(small):
 def test_the_budget_follows_live_bytes():
     before = memo.budget()
     try:
-        Replica(MemoryStore(), Profiles({}, default="qwen3.6"), limit_bytes=256 << 20)
+        Replica(MemoryStore(), Tokenizers({}, default="qwen3.6"), limit_bytes=256 << 20)
         assert memo.budget() == memo_chars(256 << 20) == 8 << 20
-        Replica(MemoryStore(), Profiles({}, default="qwen3.6"), limit_bytes=1 << 20)
+        Replica(MemoryStore(), Tokenizers({}, default="qwen3.6"), limit_bytes=1 << 20)
         assert memo.budget() == MIN_MEMO_CHARS
     finally:
         memo.configure(before)

@@ -11,8 +11,8 @@ import redis
 
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import EtagMismatch
-from budgeter.sessions.profiles import Profiles
 from budgeter.sessions.sessions import Sessions
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store.redis import RedisStore
 
 
@@ -47,8 +47,8 @@ def _url(store: RedisStore) -> str:
 
 
 def test_a_replica_whose_cached_write_was_lost_reloads_instead_of_serving_it(redis_url):
-    a = Sessions(RedisStore.from_url(redis_url), Profiles(default="qwen3.6"))
-    b = Sessions(RedisStore.from_url(redis_url), Profiles(default="qwen3.6"))
+    a = Sessions(RedisStore.from_url(redis_url), Tokenizers(default="qwen3.6"))
+    b = Sessions(RedisStore.from_url(redis_url), Tokenizers(default="qwen3.6"))
     a.create(session_id="s", policy={"window": 200_000})
     a.append("s", user("before"))
     lose = lose_what_follows(a.store)  # type: ignore[arg-type]
@@ -71,8 +71,8 @@ def test_a_replica_whose_cached_write_was_lost_reloads_instead_of_serving_it(red
 def test_a_cached_writer_appending_onto_a_diverged_line_does_not_write_through(redis_url):
     """The lost write's replica appends next (no read first, its cache at the same version as the
     store): the store finds the digest differs, and the replica reads the store's line first."""
-    a = Sessions(RedisStore.from_url(redis_url), Profiles(default="qwen3.6"))
-    b = Sessions(RedisStore.from_url(redis_url), Profiles(default="qwen3.6"))
+    a = Sessions(RedisStore.from_url(redis_url), Tokenizers(default="qwen3.6"))
+    b = Sessions(RedisStore.from_url(redis_url), Tokenizers(default="qwen3.6"))
     a.create(session_id="s", policy={"window": 200_000})
     a.append("s", user("before"))
     lose = lose_what_follows(a.store)  # type: ignore[arg-type]

@@ -11,18 +11,18 @@ import pytest
 
 from budgeter.core.messages import from_openai_list
 from budgeter.errors import EtagMismatch
-from budgeter.sessions.profiles import Profiles
 from budgeter.sessions.sessions import Sessions
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store import open_store
 from tests.service.agent import TOOLS, turns
 
 REPLICA = """
 import json, sys
-from budgeter.sessions.profiles import Profiles
+from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.sessions.sessions import Sessions
 from budgeter.store import open_store
-sessions = Sessions(open_store(sys.argv[1]), Profiles(default="qwen3.6"))
-counter = sessions.profiles.counter("")
+sessions = Sessions(open_store(sys.argv[1]), Tokenizers(default="qwen3.6"))
+counter = sessions.tokenizers.counter("")
 result = sessions.build("s").result
 print(json.dumps({"tokens": result.tokens, "tokenized": counter.pieces.chars_tokenized,
                   "messages": len(result.messages)}))
@@ -31,7 +31,7 @@ print(json.dumps({"tokens": result.tokens, "tokenized": counter.pieces.chars_tok
 
 def test_a_new_replica_imports_counts_instead_of_tokenizing(tmp_path):
     url = f"sqlite://{tmp_path}/s.db"
-    writer = Sessions(open_store(url), Profiles(default="qwen3.6"))
+    writer = Sessions(open_store(url), Tokenizers(default="qwen3.6"))
     writer.create(session_id="s", tools=TOOLS, policy={"window": 200_000})
     history = []
     for t in turns(9):
@@ -47,7 +47,7 @@ def test_a_new_replica_imports_counts_instead_of_tokenizing(tmp_path):
     assert history_chars > 40_000
     # only what no stored record covers is tokenized: the system prompt with the tool schemas and
     # the template's tool instructions (1.3K chars with Qwen3.6's template), and the generation prompt
-    counter = writer.profiles.counter("")
+    counter = writer.tokenizers.counter("")
     system_turn = sum(map(len, counter.pieces.ordinary(counter.render(from_openai_list(history[:1]), TOOLS))))
     # and the stubs of answered failures, which are new text (the failure hygiene writes them)
     stubs = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
@@ -70,7 +70,7 @@ def test_an_append_writes_through_to_the_replica_that_made_it(tmp_path):
         return record, records
 
     store.read = counting_read  # type: ignore[method-assign]  # observe the real store's answers
-    mine, other = Sessions(store, Profiles(default="qwen3.6")), Sessions(store, Profiles(default="qwen3.6"))
+    mine, other = Sessions(store, Tokenizers(default="qwen3.6")), Sessions(store, Tokenizers(default="qwen3.6"))
     mine.create(session_id="s", tools=TOOLS)
     batches = turns(4)
     mine.append("s", from_openai_list(batches[0]))
@@ -83,7 +83,7 @@ def test_an_append_writes_through_to_the_replica_that_made_it(tmp_path):
     read_back.clear()
     result = mine.build("s").result
     assert read_back == [len(batches[3])]  # the other replica's messages, read once
-    fresh = Sessions(store, Profiles(default="qwen3.6")).build("s").result  # a replica reading it all
+    fresh = Sessions(store, Tokenizers(default="qwen3.6")).build("s").result  # a replica reading it all
     assert result.messages == fresh.messages and result.tokens == fresh.tokens
 
 
@@ -95,7 +95,7 @@ def test_a_cached_writer_appends_without_reading_and_catches_up_when_behind(redi
     from budgeter.store.redis import RedisStore
 
     store = RedisStore.from_url(redis_url)
-    mine, other = Sessions(store, Profiles(default="qwen3.6")), Sessions(store, Profiles(default="qwen3.6"))
+    mine, other = Sessions(store, Tokenizers(default="qwen3.6")), Sessions(store, Tokenizers(default="qwen3.6"))
     mine.create(session_id="s", tools=TOOLS, policy={"window": 200_000})
     batches = turns(8)
     mine.append("s", from_openai_list(batches[0]))
@@ -138,7 +138,7 @@ def test_a_retry_of_an_append_an_older_replica_stored_replays(redis_url):
     from budgeter.store.redis import RedisStore
 
     store = RedisStore.from_url(redis_url)
-    sessions = Sessions(store, Profiles(default="qwen3.6"))
+    sessions = Sessions(store, Tokenizers(default="qwen3.6"))
     info = sessions.create(session_id="old", tools=TOOLS, policy={"window": 200_000})
     batch = from_openai_list(turns(2)[1])
     old_texts = [dumps_text(to_openai(m, extensions=True)) for m in batch]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from budgeter.sessions.profiles import YOUNG
+from budgeter.sessions.tokenizers import YOUNG
 
 SCRIPT = """
 import gc, sys
-from budgeter.sessions.profiles import Profiles, settle
-profiles = Profiles(default="qwen3.6")
-settle(profiles, ["qwen3.6"])
+from budgeter.sessions.tokenizers import Tokenizers, settle
+tokenizers = Tokenizers(default="qwen3.6")
+settle(tokenizers, ["qwen3.6"])
 print(gc.get_freeze_count(), "jsonschema" in sys.modules, len(gc.get_objects()), gc.get_threshold()[0])
 """
 

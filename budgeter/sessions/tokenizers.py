@@ -1,4 +1,4 @@
-"""The tokenizer profiles a server offers: the built-ins plus NAME=SPEC pairs from the settings.
+"""The tokenizers a server offers (its tokenizer profiles): the built-ins plus NAME=SPEC pairs from the settings.
 
 Counters are shared by every session of a profile and keep caches, so work on one counter runs
 under that profile's lock (the GIL would serialise it anyway).
@@ -21,14 +21,14 @@ from budgeter.tokenizers.formats import check_format
 
 
 @dataclass(frozen=True, slots=True)
-class Profile:
+class Offered:
     name: str
     spec: str
     description: str
     is_default: bool
 
 
-class Profiles:
+class Tokenizers:
     def __init__(self, extra: Mapping[str, str] | None = None, *, default: str,
                  formats: Mapping[str, str] | None = None) -> None:
         """``formats``: profile name -> chat format (``resolve``'s ``chat_format``), checked here,
@@ -64,8 +64,8 @@ class Profiles:
     def lock(self, name: str) -> threading.RLock:
         return self._locks[self.name(name)]
 
-    def all(self) -> list[Profile]:
-        return [Profile(n, s, self._desc[n], n == self.default) for n, s in self._specs.items()]
+    def all(self) -> list[Offered]:
+        return [Offered(n, s, self._desc[n], n == self.default) for n, s in self._specs.items()]
 
 
 _WARM_TOOL = {"type": "function", "function": {"name": "zqwarm", "description": "d", "parameters": {
@@ -78,7 +78,7 @@ Python's 700, a turn's temporaries are promoted and full collections, each walki
 session's history, cost a loaded replica a share of its CPU (``bench_load``)."""
 
 
-def settle(profiles: Profiles, names: Iterable[str]) -> None:
+def settle(tokenizers: Tokenizers, names: Iterable[str]) -> None:
     """For a server process, once at start: do what the first turns would do for the first time
     (load each profile, render and count a small conversation with a tool call, import and use
     the JSON Schema validator), then move every object alive now out of the garbage collector's
@@ -89,7 +89,7 @@ def settle(profiles: Profiles, names: Iterable[str]) -> None:
     warm = [Message("system", "s"), Message("user", "u"), Message("assistant", "", tool_calls=(call,)),
             Message("tool", "ok", tool_call_id="zqc")]
     for name in names:
-        counter = profiles.counter(name)
+        counter = tokenizers.counter(name)
         with contextlib.suppress(Exception):  # a template that refuses this conversation
             counter.count_prompt(warm, [_WARM_TOOL])
     validate_tool_call(call, [_WARM_TOOL])
