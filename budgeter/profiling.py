@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -41,22 +42,12 @@ def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int
     return out
 
 
-class _NoProgress:
-    def __enter__(self) -> Any:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _progress(enabled: bool, total: int) -> Any:
     if not enabled:
-        return _NoProgress()
-    from contextlib import contextmanager
-
+        return contextlib.nullcontext()
     from rich.progress import Progress
 
-    @contextmanager
+    @contextlib.contextmanager
     def bar() -> Any:
         with Progress(transient=True) as p:
             task = p.add_task("profiling", total=total)
