@@ -15,12 +15,6 @@ from budgeter.errors import InvalidInput
 from budgeter.tokenizers import DEFAULT, resolve
 
 
-def load_timed(spec: str) -> tuple[Any, float]:
-    started = time.perf_counter()
-    counter = resolve(spec)
-    return counter, time.perf_counter() - started
-
-
 def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int, reserve: int = 2048,
                  top: int = 10, progress: bool = False, repairs: list[Repair] | None = None
                  ) -> list[dict[str, Any]]:
@@ -35,9 +29,10 @@ def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int
     out = []
     with _progress(progress and size * len(specs) > 400_000, len(messages) * len(specs)) as advance:
         for spec in specs:
-            counter, seconds = load_timed(spec)
-            result = profile(messages, counter=counter, tools=tools, policy=policy, load_seconds=seconds,
-                             progress=advance)
+            started = time.perf_counter()
+            counter = resolve(spec)
+            result = profile(messages, counter=counter, tools=tools, policy=policy,
+                             load_seconds=time.perf_counter() - started, progress=advance)
             out.append(result.as_dict(top=top))
     return out
 
