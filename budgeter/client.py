@@ -127,7 +127,7 @@ class Client:
         self.affinity = channel is None
         """Every call that names a session carries it as ``x-session-id`` for an L7 balancer to
         hash on (session affinity: deploy/OPERATIONS.md), put there by the client itself on the
-        channel it opens (through an interceptor channel, a call took 7-14% more client CPU);
+        channel it opens (an interceptor channel costs a call more client CPU: ``bench_load``);
         a channel given is used as it is (``affinity_channel`` makes one that adds the header)."""
         self.channel = channel or self._open(target, options, creds)
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -12,12 +13,6 @@ from budgeter.core.policy import Policy
 from budgeter.core.profile import CATEGORIES, LABELS, profile
 from budgeter.errors import InvalidInput
 from budgeter.tokenizers import DEFAULT, resolve
-
-
-def load_timed(spec: str) -> tuple[Any, float]:
-    started = time.perf_counter()
-    counter = resolve(spec)
-    return counter, time.perf_counter() - started
 
 
 def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int, reserve: int = 2048,
@@ -34,29 +29,20 @@ def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int
     out = []
     with _progress(progress and size * len(specs) > 400_000, len(messages) * len(specs)) as advance:
         for spec in specs:
-            counter, seconds = load_timed(spec)
-            result = profile(messages, counter=counter, tools=tools, policy=policy, load_seconds=seconds,
-                             progress=advance)
+            started = time.perf_counter()
+            counter = resolve(spec)
+            result = profile(messages, counter=counter, tools=tools, policy=policy,
+                             load_seconds=time.perf_counter() - started, progress=advance)
             out.append(result.as_dict(top=top))
     return out
 
 
-class _NoProgress:
-    def __enter__(self) -> Any:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _progress(enabled: bool, total: int) -> Any:
     if not enabled:
-        return _NoProgress()
-    from contextlib import contextmanager
-
+        return contextlib.nullcontext()
     from rich.progress import Progress
 
-    @contextmanager
+    @contextlib.contextmanager
     def bar() -> Any:
         with Progress(transient=True) as p:
             task = p.add_task("profiling", total=total)

@@ -54,10 +54,8 @@ class Settings(BaseSettings):
     """Prometheus /metrics on its own port; 0 turns it off."""
     max_workers: int = Field(8, ge=1)
     """Threads serving RPCs. Python's GIL runs one call's engine work at a time; the others wait on
-    the store or the network meanwhile. Two replicas on two cores, 16 agents each, Redis: 8 served
-    1,011-1,048 one-call turns/s, 4 served 952-990 and 12 1,011-1,051 in the same hour; with more
-    calls waiting on Redis at once, Redis and the agents spent less CPU a turn (tests/bench/
-    HISTORY.md, "Load", early on 2026-11-27)."""
+    the store or the network meanwhile, so threads beyond the cores serve more turns while calls wait
+    on the store (``bench_load``; figures in tests/bench/HISTORY.md, "Load")."""
     grpc_experiments: str = "-event_engine_client,-event_engine_listener"
     """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set that variable
     (grpc reads it once, as it starts). The default turns grpc's EventEngine client and listener

@@ -97,7 +97,7 @@ class Server:
     def start_workers(self, timeout: float = 60.0) -> None:
         """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
         takes a call. A worker otherwise starts at the call that finds the others busy and sets up
-        there: such a call took 13-290 ms more here. ``budgeter serve`` does this once, after
+        there, past the p99 target (``bench_service``). ``budgeter serve`` does this once, after
         ``settle``; a call that comes in meanwhile waits for a worker."""
         if self.pool is not None:
             start_all(self.pool, self.workers, timeout)

@@ -60,10 +60,9 @@ class HFTokenizer:
         self._pattern = "|".join([*parts, plain] if plain else parts)
         self.specials = tuple(a.content for a in tok.get_added_tokens_decoder().values())
         split = re.compile(f"({self._pattern})").split if self._pattern else None
-        found = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
-        self._fast = found[0] if found is not None else None
-        self.note = (f"count backend: {found[1]} (ids checked equal at load)" if found is not None
-                     else "count backend: Hugging Face tokenizers")
+        self._fast = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
+        self.note = ("count backend: fastokens twin of the tokenizer.json (ids checked equal at load)"
+                     if self._fast is not None else "count backend: Hugging Face tokenizers")
         if unnormalized:
             self.note += ("; the tokenizer's NFC normalizer is not applied, as the server applies none "
                           "(text NFC would change, such as decomposed accents, counts as the server reads it)")

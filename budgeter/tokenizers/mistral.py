@@ -92,8 +92,8 @@ def _memo_messages(validator: Any) -> Any:
     the last), and a reusing build hands over the objects earlier builds checked. A message that
     fails is checked again each time (nothing is kept). (The checks of the list's structure resume
     where the list changed: ``_resume_checks``.)"""
-    passed: dict[tuple[Any, ...], Any] = {}  # -> the message itself, so its id stays its own
-    # (a plain dict, not an IdentityMemo: its key tuple and a lambda per call cost what the check did)
+    passed: CharMemo[tuple[Any, ...], Any] = CharMemo(200_000)  # -> the message itself, so its id stays its own
+    # (not an IdentityMemo: its key tuple and a lambda per call cost what the check did)
     for name in ("_validate_user_message", "_validate_assistant_message", "_validate_tool_message",
                  "_validate_system_message"):
         check = getattr(validator, name)
@@ -102,9 +102,7 @@ def _memo_messages(validator: Any) -> Any:
             key = (_name, id(message), *args, *kwargs.values())
             if passed.get(key) is not message:
                 _check(message, *args, **kwargs)
-                if len(passed) >= 200_000:
-                    passed.clear()
-                passed[key] = message
+                passed.put(key, message)
 
         setattr(validator, name, memo)
     return validator
@@ -162,9 +160,6 @@ def _resume_checks(validator: Any, on: Callable[[], bool]) -> Any:
     return validator
 
 
-LENGTHS_HELD = 4_000_000
-"""How many characters of text the Tekken encode keeps the id counts of (in a map by text)."""
-
 TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
                   r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
                   r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -193,7 +188,7 @@ class _Lengths:
 
     While ``counting`` (a count is made) the encode returns as many ids as the text has, all zero:
     a count needs how many there are, and mistral-common's encoding of a chat message only joins
-    them. Their number is kept by text (up to ``LENGTHS_HELD`` characters), so a text is tokenized
+    them. Their number is kept by text (in a ``CharMemo``, the memos' budget), so a text is tokenized
     once: an appended message's text is tokenized for its cost and met again inside the build's
     encoding of the same message.
 
@@ -219,8 +214,7 @@ class _Lengths:
         self.off = ""
         self.audit_every = 64
         self._splits = 0
-        self._lengths: dict[str, int] = {}
-        self._held = 0
+        self._lengths: CharMemo[str, int] = CharMemo()
         self._model: Any = None
         self._plain = "encode"
         self._length: Callable[[str], int] = lambda s: len(self._ids(s))
@@ -270,16 +264,11 @@ class _Lengths:
             self.off = "a text counted in parts differed from its count whole: texts are counted whole"
             log.warning("budgeter: Tekken: %s (%d against %d)", self.off, n, whole)
             self._lengths.clear()
-            self._held = 0
         return whole
 
     def _keep(self, s: str, n: int) -> None:
         if len(s) >= 64:  # (a shorter text tokenizes about as fast as it is looked up)
-            if self._held + len(s) > LENGTHS_HELD:
-                self._lengths.clear()
-                self._held = 0
-            self._lengths[s] = n
-            self._held += len(s)
+            self._lengths.put(s, n, len(s))
 
     @staticmethod
     def _payload(s: str) -> tuple[int, int] | None:

@@ -40,11 +40,10 @@ def state(part: Any) -> Any:
     return json.loads(part.__getstate__()) if part is not None else None
 
 
-def twin(tok: Any, pieces: Pieces | None = None) -> tuple[Counter, str] | None:
-    """A counter of ordinary text (no added tokens) equal to ``tok``'s and what it is, or None.
+def twin(tok: Any, pieces: Pieces | None = None) -> Counter | None:
+    """A counter of ordinary text (no added tokens) equal to ``tok``'s, or None.
     ``pieces``: how the caller splits text at added tokens (the checks encode what it hands over)."""
-    found = _fastokens(tok, pieces or (lambda text: [text]))
-    return (found, "fastokens twin of the tokenizer.json") if found is not None else None
+    return _fastokens(tok, pieces or (lambda text: [text]))
 
 
 RENEW_CHARS = 256_000_000
