@@ -124,9 +124,7 @@ def waste_headline(p: dict[str, Any]) -> str:
     """The first lines of the terminal report: each kind of waste, biggest first (rich markup)."""
     from rich.markup import escape
 
-    from budgeter.report import ranked_waste
-
-    ranked = [w for w in ranked_waste(p) if w["tokens"]]
+    ranked = [w for w in p["waste_ranked"] if w["tokens"]]
     if not ranked:
         return f"No waste found ({escape(p['tokenizer'])}): no failed tool calls, no stale file snapshots."
     lines = [f"[bold red]Biggest waste: {escape(ranked[0]['label'])}: {ranked[0]['tokens']:,} tokens, "

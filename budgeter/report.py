@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from budgeter.core.jsonargs import dumps_text
-from budgeter.core.profile import CATEGORIES, LABELS, WASTE_LABELS
+from budgeter.core.profile import CATEGORIES, LABELS
 
 COLORS = {"system": "#6c757d", "tool_schemas": "#adb5bd", "user": "#0d6efd", "assistant": "#6f42c1",
           "failed_calls": "#a4161a", "tool_ok": "#198754", "tool_failed": "#f08080",
@@ -50,19 +50,9 @@ def nice_step(top: float, ticks: int = 4) -> int:
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
-def ranked_waste(p: dict[str, Any]) -> list[dict[str, Any]]:
-    """``waste_ranked``, or the same from the ``waste`` figures of an older server."""
-    if p.get("waste_ranked"):
-        return list(p["waste_ranked"])
-    waste = p["waste"]
-    return sorted(({"kind": k, "label": WASTE_LABELS[k], "tokens": waste[k], "messages": [], "calls": 0,
-                    "tools": {}, "share": waste[k] / p["tokens"] if p["tokens"] else 0.0}
-                   for k in ("failed_calls_and_results", "stale_snapshots")), key=lambda w: -w["tokens"])
-
-
 def waste_headline(p: dict[str, Any]) -> str:
     """The first thing on the page: the biggest waste, how big, where; then the others as bars."""
-    ranked = [w for w in ranked_waste(p) if w["tokens"]]
+    ranked = [w for w in p["waste_ranked"] if w["tokens"]]
     if not ranked:
         return "<div class='headline'><b>No waste found</b>: no failed tool calls, no stale file snapshots.</div>"
     top = ranked[0]
