@@ -354,12 +354,15 @@ def profile(
     server: Annotated[str | None, typer.Option(help="Profile a stored session on this budgeter server.")] = None,
 ) -> None:
     """Where a session's tokens go, per tokenizer: composition, waste, kinds, compaction what-if."""
-    from budgeter.profiling import profile_body, profile_remote, show
+    from budgeter.profiling import profile_body, show
 
     repairs: list[Repair] = []
     try:
         if server:
-            profiles = profile_remote(server, session, tokenizers=tokenizer or [], window=window)
+            from budgeter.client import Client
+
+            with Client(server) as client:
+                profiles = client.profile(session, tokenizers=tokenizer or [], window=window)
             source = f"{server} session {session}"
         else:
             body = read_transcript(session)

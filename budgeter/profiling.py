@@ -51,14 +51,6 @@ def _progress(enabled: bool, total: int) -> Any:
     return bar()
 
 
-def profile_remote(target: str, session_id: str, *, tokenizers: Sequence[str], window: int
-                   ) -> list[dict[str, Any]]:
-    from budgeter.client import Client
-
-    with Client(target) as client:
-        return client.profile(session_id, tokenizers=tokenizers, window=window)
-
-
 def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
     from rich.console import Console
     from rich.table import Table
