@@ -81,8 +81,6 @@ def trim(
     writes: Annotated[str, typer.Option(help="Comma-separated tools that write whole files.")] = "",
     edits: Annotated[str, typer.Option(help="Comma-separated tools that edit files in place.")] = "",
     shrink_min_chars: Annotated[int, typer.Option(help="Shrink texts longer than this outside the tail.")] = 2000,
-    shrink_keep_chars: Annotated[int, typer.Option(help="Characters a shrunk text keeps.")] = 600,
-    keep_latest_failure: Annotated[bool, typer.Option(help="Keep the latest failure's error verbatim.")] = True,
     report_out: Annotated[str | None, typer.Option("--report", help=(
         "Write the compaction report (JSON) to this file; - for stderr."))] = None,
 ) -> None:
@@ -107,7 +105,6 @@ def trim(
         policy = policy_from_dict({
             "window": window, "reserve": reserve, "low_water": low_water,
             "protect_tail_turns": protect_tail, "shrink_min_chars": shrink_min_chars,
-            "shrink_keep_chars": shrink_keep_chars, "keep_latest_failure": keep_latest_failure,
             "file_tools": {"reads": names(reads), "writes": names(writes), "edits": names(edits)}})
         result = run_trim(from_openai_list(body["messages"], repairs=repairs), counter=counter, tools=tools,
                           policy=policy)
