@@ -489,7 +489,6 @@ def proxy(
     data_dir: Annotated[Path | None, typer.Option(help="Where the embedded store lives.")] = None,
     recall_tool: Annotated[bool | None, typer.Option(
         "--recall-tool/--no-recall-tool", help="Offer the model budgeter_recall(handle). [default: off]")] = None,
-    connect_timeout: Annotated[float | None, typer.Option(help="Seconds to connect upstream. [default: 5]")] = None,
     read_timeout: Annotated[float | None, typer.Option(
         help="Seconds the upstream may stay silent. [default: 600]")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML file with any of the settings.")] = None,
@@ -513,7 +512,7 @@ def proxy(
                                  host=host, proxy_port=port, window=window, reserve=reserve, low_water=low_water,
                                  store=store,
                                  data_dir=data_dir, recall_tool=recall_tool,
-                                 upstream_connect_timeout=connect_timeout, upstream_read_timeout=read_timeout,
+                                 upstream_read_timeout=read_timeout,
                                  cpus=cpus)
         if settings.reserve >= settings.window:
             raise ValueError(f"reserve ({settings.reserve}) must be smaller than the window ({settings.window})")
