@@ -48,15 +48,6 @@ def read_text(path: str) -> str:
         fail("INPUT_UNREADABLE", f"{path}: {getattr(exc, 'strerror', None) or exc}")
 
 
-def read_body(path: str) -> dict[str, Any]:
-    body = read_json(path)
-    if isinstance(body, list):
-        body = {"messages": body}
-    if not isinstance(body, dict) or "messages" not in body:
-        fail("INVALID_INPUT", f"{path}: expected a chat-completions body with 'messages'")
-    return body
-
-
 def names(csv: str) -> list[str]:
     return [n.strip() for n in csv.split(",") if n.strip()]
 
@@ -94,7 +85,7 @@ def trim(
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
-    body = read_body(input)
+    body = read_transcript(input)
     check_reserve(window, reserve)
     repairs: list[Repair] = []
     try:
@@ -185,7 +176,7 @@ def render(
     from budgeter.core.messages import from_openai_list
     from budgeter.tokenizers import resolve
 
-    body = read_body(input)
+    body = read_transcript(input)
     repairs: list[Repair] = []
     try:
         tools = body.get("tools") or []
