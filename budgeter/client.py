@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from budgeter.affinity import HEADER, session_of
+from budgeter.affinity import HEADER, OPTIONS, session_of
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Repair, from_openai, repaired_note, to_openai
 from budgeter.errors import BudgeterError
@@ -108,6 +108,9 @@ def operation(fn: Callable[..., Op[Any]]) -> Callable[..., Any]:
 
 
 class Client:
+    _grpc: Any = grpc
+    """Where the channel comes from: grpc, or grpc.aio for ``AsyncClient``."""
+
     def __init__(self, target: str = "127.0.0.1:50051", *, timeout: float = 30.0,
                  channel: grpc.Channel | None = None, token: str | None = None,
                  tls_ca: str | Path | None = None, tls_cert: str | Path | None = None,
@@ -117,7 +120,6 @@ class Client:
         trusting this CA; ``tls_cert``/``tls_key``: a client certificate (mutual TLS).
         ``retry_for``: how long a call is retried (module docstring); ``retries``: at most this
         many retries (0: none)."""
-        options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         creds = None
         if tls_ca is not None:
             creds = grpc.ssl_channel_credentials(
@@ -129,18 +131,13 @@ class Client:
         hash on (session affinity: deploy/OPERATIONS.md), put there by the client itself on the
         channel it opens (an interceptor channel costs a call more client CPU: ``bench_load``);
         a channel given is used as it is (``affinity_channel`` makes one that adds the header)."""
-        self.channel = channel or self._open(target, options, creds)
+        self.channel = channel or (self._grpc.secure_channel(target, creds, options=OPTIONS) if creds
+                                   else self._grpc.insecure_channel(target, options=OPTIONS))
         self.stub = pb_grpc.BudgeterServiceStub(self.channel)
         self.timeout = timeout
         self.retries = retries
         self.retry_for = retry_for
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-
-    @staticmethod
-    def _open(target: str, options: list[tuple[str, int]], creds: grpc.ChannelCredentials | None) -> Any:
-        if creds is not None:
-            return grpc.secure_channel(target, creds, options=options)
-        return grpc.insecure_channel(target, options=options)
 
     def _metadata(self, request: Any) -> tuple[tuple[str, str], ...]:
         """The call's metadata: the bearer token, and the session the request names."""
@@ -343,11 +340,7 @@ class AsyncClient(Client):
             prompt = await session.prompt(append=[{"role": "user", "content": task}])
     """
 
-    @staticmethod
-    def _open(target: str, options: list[tuple[str, int]], creds: grpc.ChannelCredentials | None) -> Any:
-        if creds is not None:
-            return grpc.aio.secure_channel(target, creds, options=options)
-        return grpc.aio.insecure_channel(target, options=options)
+    _grpc: Any = grpc.aio
 
     async def __aenter__(self) -> AsyncClient:
         return self
