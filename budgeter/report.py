@@ -18,7 +18,6 @@ from budgeter.core.profile import CATEGORIES, LABELS
 COLORS = {"system": "#6c757d", "tool_schemas": "#adb5bd", "user": "#0d6efd", "assistant": "#6f42c1",
           "failed_calls": "#a4161a", "tool_ok": "#198754", "tool_failed": "#f08080",
           "stale_snapshots": "#fd7e14", "template_overhead": "#ffc107"}
-ROLE_COLORS = {"system": "#6c757d", "user": "#0d6efd", "assistant": "#6f42c1", "tool": "#198754"}
 WASTE_COLORS = {"failed_calls_and_results": COLORS["failed_calls"], "stale_snapshots": COLORS["stale_snapshots"]}
 FIT, OVER, BUDGET = "#198754", "#0d6efd", "#dc3545"
 WIDTH = 1200
@@ -126,7 +125,7 @@ def timeline_svg(p: dict[str, Any], height: int = 330, label: int = 6) -> str:
     used = set()
     for i, m in enumerate(msgs):
         h, x = m["tokens"] / top * plot_h, left + i * step
-        color = COLORS.get(m["category"], ROLE_COLORS.get(m["role"], "#999"))
+        color = COLORS.get(m["category"], "#999")
         used.add(m["category"])
         parts.append(f'<rect x="{x:.1f}" y="{base - h:.1f}" width="{max(step - 1, 1):.1f}" height="{h:.1f}" '
                      f'fill="{color}"><title>#{m["index"]} {esc(LABELS.get(m["category"], m["role"]))} '
