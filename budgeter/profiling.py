@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -27,28 +27,17 @@ def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int
     specs = list(tokenizers) or [DEFAULT]
     size = sum(m.size for m in messages)
     out = []
-    with _progress(progress and size * len(specs) > 400_000, len(messages) * len(specs)) as advance:
+    from rich.progress import Progress
+
+    with Progress(transient=True, disable=not progress or size * len(specs) <= 400_000) as bar:
+        task = bar.add_task("profiling", total=len(messages) * len(specs))
         for spec in specs:
             started = time.perf_counter()
             counter = resolve(spec)
             result = profile(messages, counter=counter, tools=tools, policy=policy,
-                             load_seconds=time.perf_counter() - started, progress=advance)
+                             load_seconds=time.perf_counter() - started, progress=functools.partial(bar.advance, task))
             out.append(result.as_dict(top=top))
     return out
-
-
-def _progress(enabled: bool, total: int) -> Any:
-    if not enabled:
-        return contextlib.nullcontext()
-    from rich.progress import Progress
-
-    @contextlib.contextmanager
-    def bar() -> Any:
-        with Progress(transient=True) as p:
-            task = p.add_task("profiling", total=total)
-            yield lambda n: p.advance(task, n)
-
-    return bar()
 
 
 def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
