@@ -15,11 +15,11 @@
 Appends carry a fresh ``request_id`` and are retried with it when the server is briefly
 unavailable, so a retry never duplicates history.
 
-Retries: every call but CreateSession and DeleteSession is retried on UNAVAILABLE and on a
-CANCELLED this client did not ask for (a server that stops kills the calls it had received but
-not yet started; grpc core reports them CANCELLED), with backoff from 0.1 s doubling to 2 s, for
-up to ``retry_for`` seconds (10 s: a Redis Cluster failover promotes a replica in about 4 s),
-always with the same request.
+Retries: every call but CreateSession and DeleteSession is retried on UNAVAILABLE and on
+CANCELLED, which this client never asks for (a deadline is DEADLINE_EXCEEDED): a server that stops
+kills the calls it had received but not yet started, and grpc core reports them CANCELLED. The
+backoff goes from 0.1 s doubling to 2 s, for up to ``retry_for`` seconds (10 s: a Redis Cluster
+failover promotes a replica in about 4 s), always with the same request.
 """
 
 from __future__ import annotations
@@ -46,10 +46,7 @@ from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
 from budgeter.wire import error_info, message_from_pb, new_message_to_pb
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-"""The codes retried. This client never cancels a call it made (a deadline is DEADLINE_EXCEEDED),
-so a CANCELLED comes from the server's side: a stopping server cancels the calls it had not
-started."""
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)  # why CANCELLED: "Retries" above
 
 
 def backoff(retries: int | None, retry_for: float) -> Iterable[float]:
