@@ -13,7 +13,7 @@ import typer
 
 from budgeter.core.counting import adaptations, sent
 from budgeter.core.jsonargs import dumps_text
-from budgeter.core.messages import Repair, repaired_note
+from budgeter.core.messages import Message, Repair, from_openai_list, repaired_note
 from budgeter.core.policy import LOW_WATER
 from budgeter.errors import BudgeterError, InvalidInput, MissingExtra
 
@@ -81,7 +81,6 @@ def trim(
     temperature, tools, ...) is kept as given, so it can be posted as is."""
     from budgeter.core import trim as run_trim
     from budgeter.core.chains import assemble
-    from budgeter.core.messages import from_openai_list
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
@@ -89,16 +88,13 @@ def trim(
     check_reserve(window, reserve)
     repairs: list[Repair] = []
     try:
-        tools = body.get("tools") or []
-        if not isinstance(tools, list):
-            raise InvalidInput("tools must be a list", field="tools")
+        messages, tools = request_of(body, repairs)
         counter = resolve(tokenizer, chat_format=chat_format)
         policy = policy_from_dict({
             "window": window, "reserve": reserve, "low_water": low_water,
             "protect_tail_turns": protect_tail, "shrink_min_chars": shrink_min_chars,
             "file_tools": {"reads": names(reads), "writes": names(writes), "edits": names(edits)}})
-        result = run_trim(from_openai_list(body["messages"], repairs=repairs), counter=counter, tools=tools,
-                          policy=policy)
+        result = run_trim(messages, counter=counter, tools=tools, policy=policy)
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
     warn_repaired(repairs)
@@ -116,6 +112,14 @@ def trim(
         out = {**body, "messages": wire[0]}
         out.pop("tools", None)
         typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
+
+
+def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Message], list[Any]]:
+    """The messages and the tools of a request body; ``repairs`` gets what parsing repaired."""
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise InvalidInput("tools must be a list", field="tools")
+    return from_openai_list(body["messages"], repairs=repairs), tools
 
 
 def warn_adapted(counter: Any, wire: Any) -> None:
@@ -173,17 +177,13 @@ def render(
         help="Whose template conventions: llama.cpp (default) or vllm.")] = None,
 ) -> None:
     """Print the exact text a count is taken from; the count and the profile's notes go to stderr."""
-    from budgeter.core.messages import from_openai_list
     from budgeter.tokenizers import resolve
 
     body = read_transcript(input)
     repairs: list[Repair] = []
     try:
-        tools = body.get("tools") or []
-        if not isinstance(tools, list):
-            raise InvalidInput("tools must be a list", field="tools")
+        messages, tools = request_of(body, repairs)
         counter = resolve(tokenizer, chat_format=chat_format, server=server)
-        messages = from_openai_list(body["messages"], repairs=repairs)
         text = counter.render(messages, tools)  # type: ignore[attr-defined]
         tokens = counter.count_prompt(messages, tools)
     except BudgeterError as exc:
@@ -353,9 +353,9 @@ def profile(
                 profiles = client.profile(session, tokenizers=tokenizer or [], window=window)
             source = f"{server} session {session}"
         else:
-            body = read_transcript(session)
-            profiles = profile_body(body, tokenizers=tokenizer or [], window=window, reserve=reserve,
-                                    top=top, progress=not as_json, repairs=repairs)
+            messages, tools = request_of(read_transcript(session), repairs)
+            profiles = profile_body(messages, tools, tokenizers=tokenizer or [], window=window, reserve=reserve,
+                                    top=top, progress=not as_json)
             source = session
     except BudgeterError as exc:
         fail(exc.reason, exc.message)

@@ -8,21 +8,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from budgeter.core.messages import Repair, from_openai_list
+from budgeter.core.messages import Message
 from budgeter.core.policy import Policy
 from budgeter.core.profile import CATEGORIES, LABELS, profile
-from budgeter.errors import InvalidInput
 from budgeter.tokenizers import DEFAULT, resolve
 
 
-def profile_body(body: dict[str, Any], *, tokenizers: Sequence[str], window: int, reserve: int = 2048,
-                 top: int = 10, progress: bool = False, repairs: list[Repair] | None = None
-                 ) -> list[dict[str, Any]]:
-    """``repairs``: gets what parsing the messages repaired (``core.messages.Repair``)."""
-    messages = from_openai_list(body["messages"], repairs=repairs)
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise InvalidInput("tools must be a list", field="tools")
+def profile_body(messages: list[Message], tools: list[Any], *, tokenizers: Sequence[str], window: int,
+                 reserve: int = 2048, top: int = 10, progress: bool = False) -> list[dict[str, Any]]:
     policy = Policy(window=window, reserve=min(reserve, window // 2))
     specs = list(tokenizers) or [DEFAULT]
     size = sum(m.size for m in messages)
