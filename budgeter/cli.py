@@ -338,7 +338,6 @@ def profile(
     reserve: Annotated[int, typer.Option(help="Tokens kept free for the reply.")] = 2048,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
-    top: Annotated[int, typer.Option(help="Heaviest messages to list.")] = 10,
     server: Annotated[str | None, typer.Option(help="Profile a stored session on this budgeter server.")] = None,
 ) -> None:
     """Where a session's tokens go, per tokenizer: composition, waste, kinds, compaction what-if."""
@@ -355,7 +354,7 @@ def profile(
         else:
             messages, tools = request_of(read_transcript(session), repairs)
             profiles = profile_body(messages, tools, tokenizers=tokenizer or [], window=window, reserve=reserve,
-                                    top=top, progress=not as_json)
+                                    progress=not as_json)
             source = session
     except BudgeterError as exc:
         fail(exc.reason, exc.message)
@@ -367,7 +366,7 @@ def profile(
     if as_json:
         typer.echo(dumps_text(profiles if len(profiles) > 1 else profiles[0], indent=1))
     else:
-        show(profiles, top=top)
+        show(profiles)
         if html_out is not None:
             typer.echo(f"HTML report: {html_out}")
 

@@ -15,7 +15,7 @@ from budgeter.tokenizers import DEFAULT, resolve
 
 
 def profile_body(messages: list[Message], tools: list[Any], *, tokenizers: Sequence[str], window: int,
-                 reserve: int = 2048, top: int = 10, progress: bool = False) -> list[dict[str, Any]]:
+                 reserve: int = 2048, progress: bool = False) -> list[dict[str, Any]]:
     policy = Policy(window=window, reserve=min(reserve, window // 2))
     specs = list(tokenizers) or [DEFAULT]
     size = sum(m.size for m in messages)
@@ -29,11 +29,11 @@ def profile_body(messages: list[Message], tools: list[Any], *, tokenizers: Seque
             counter = resolve(spec)
             result = profile(messages, counter=counter, tools=tools, policy=policy,
                              load_seconds=time.perf_counter() - started, progress=functools.partial(bar.advance, task))
-            out.append(result.as_dict(top=top))
+            out.append(result.as_dict())
     return out
 
 
-def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
+def show(profiles: Sequence[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -68,7 +68,7 @@ def show(profiles: Sequence[dict[str, Any]], *, top: int = 10) -> None:
                            if k in p["by_kind"] else "" for p in profiles))
     console.print(kinds)
     first = profiles[0]
-    heavy = Table(title=f"Heaviest {top} messages ({first['tokenizer']})")
+    heavy = Table(title=f"Heaviest {len(first['top'])} messages ({first['tokenizer']})")
     for col in ("#", "role", "tool", "category", "kind", "tokens"):
         heavy.add_column(col, justify="right" if col in ("#", "tokens") else "left")
     for m in first["top"]:
