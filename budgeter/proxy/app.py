@@ -287,7 +287,7 @@ class Proxy:
         try:
             chunks = capped(upstream.content.iter_any(), self.settings.max_reply_bytes,
                             self._too_large("a longer stream"))
-            async for piece in Tee(chunks, lambda event: reply.add_chunk(parse_data(event))):
+            async for piece in Tee(chunks, lambda data: reply.add_chunk(parse_data(data))):
                 yield piece
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short

@@ -16,7 +16,7 @@ from typing import Any
 
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
-from budgeter.proxy.sse import ServerSentEvent, SSEParser
+from budgeter.proxy.sse import SSEParser
 
 log = logging.getLogger("budgeter.proxy")
 
@@ -136,29 +136,29 @@ def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def parse_data(event: ServerSentEvent) -> Any:
-    if event.data == "[DONE]":
+def parse_data(data: str) -> Any:
+    if data == "[DONE]":
         return None
     try:
-        return loads(event.data)
+        return loads(data)
     except (ValueError, RecursionError):
         return None  # not ours to judge: the client gets the bytes as they were
 
 
 class Tee:
     """Iterate the upstream's raw body chunks; each is given out unchanged as it arrives, and a copy
-    runs through the event-stream parser. ``on_event`` sees the events a chunk completes before that
-    chunk is given out, and all of them before the iteration ends."""
+    runs through the event-stream parser. ``on_event`` sees the data of the events a chunk completes
+    before that chunk is given out, and all of them before the iteration ends."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[ServerSentEvent], None]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[str], None]) -> None:
         self.chunks = chunks
         self.on_event = on_event
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         parser = SSEParser()
         async for chunk in self.chunks:
-            for event in parser.feed(chunk):
-                self.on_event(event)
+            for data in parser.feed(chunk):
+                self.on_event(data)
             yield chunk
-        for event in parser.close():
-            self.on_event(event)
+        for data in parser.close():
+            self.on_event(data)
