@@ -440,13 +440,8 @@ async def read_body(http: HTTPRequest, limit: int) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"the request body is {declared} bytes; the limit is {limit}",
                               metadata={"limit": limit})
-    parts, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
-        parts.append(chunk)
-    return b"".join(parts)
+    over = RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
+    return b"".join([chunk async for chunk in capped(http.stream(), limit, over)])
 
 
 async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
