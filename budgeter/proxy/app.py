@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -140,7 +140,7 @@ class Proxy:
         said = self._repaired(request, turn.session)
         call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
                     headers={**report_headers(turn), **notes_header((*adapted, *said))})
-        forward = forward_headers(http)
+        forward = end_to_end(http.headers)
         if raw.get("stream") is True:
             return await self._stream(call, forward)
         return await self._complete(call, forward)
@@ -230,7 +230,7 @@ class Proxy:
         if not replies[0].chunks:
             await relay.aclose()
             raise upstream_invalid(self.url, "server-sent events without a chat completion chunk")
-        headers = {**response_headers(upstream), **call.headers}
+        headers = {**end_to_end(upstream.headers), **call.headers}
         return StreamingResponse(resumed(first, relay), upstream.status, headers=headers)
 
     async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str],
@@ -352,7 +352,7 @@ class Proxy:
 
     async def models(self, http: HTTPRequest) -> Response:
         try:
-            async with self.client.get(f"{self.url}/models", headers=forward_headers(http)) as upstream:
+            async with self.client.get(f"{self.url}/models", headers=end_to_end(http.headers)) as upstream:
                 return passthrough(upstream, await upstream.read(), {})
         except UPSTREAM_ERRORS as exc:
             return error_response(upstream_error(exc, self.url))
@@ -476,17 +476,14 @@ async def resumed(first: bytes | None, rest: AsyncGenerator[bytes, None]) -> Asy
         await rest.aclose()
 
 
-def forward_headers(http: HTTPRequest) -> dict[str, str]:
-    """The client's headers for the upstream (its API key among them), less hop-by-hop ones."""
-    return {k: v for k, v in http.headers.items() if k.lower() not in DROP}
-
-
-def response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP}
+def end_to_end(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers less hop-by-hop ones: the client's for the upstream (its API key among them), the
+    upstream's for the client."""
+    return {k: v for k, v in headers.items() if k.lower() not in DROP}
 
 
 def passthrough(upstream: aiohttp.ClientResponse, content: bytes, extra: dict[str, str]) -> Response:
-    return Response(content, upstream.status, headers={**response_headers(upstream), **extra})
+    return Response(content, upstream.status, headers={**end_to_end(upstream.headers), **extra})
 
 
 def report_headers(turn: Turn) -> dict[str, str]:
