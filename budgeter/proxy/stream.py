@@ -9,7 +9,6 @@ message that is appended to the session.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +16,6 @@ from typing import Any
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
 from budgeter.proxy.sse import SSEParser
-
-log = logging.getLogger("budgeter.proxy")
 
 
 @dataclass
