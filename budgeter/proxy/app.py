@@ -325,7 +325,7 @@ class Proxy:
     def _recall(self, call: Call, reply: Reply) -> None:
         """Answer a recall-only reply from the store; the next upstream body carries the answers."""
         message = reply.message()
-        results = recall.answers(message, lambda h: self.turns.payload(call.turn.session, h))
+        results = recall.answers(message, lambda h: self.sessions.payload(call.turn.session, h))
         body = recall.extend(call.body, message, results)
         counted = self.turns.count(recall.as_messages(body), call.request.tools)
         budget = self.settings.window - int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
@@ -420,7 +420,8 @@ class Proxy:
             log.warning("%s; /health answers 503 NOT_SERVING until it answers", why)
         else:
             log.info("upstream %s answers", self.url)
-        for a in await self._blocking(self.turns.adaptations):  # once per profile, not per turn
+        # the rewrites the profile makes for its template (found when it loaded): once, not per turn
+        for a in await self._blocking(self.sessions.adaptations, self.turns.tokenizer):
             log.warning("tokenizer %s: requests are rewritten for its template (%s): %s", self.turns.tokenizer,
                         a.kind, a.note)
 
