@@ -48,7 +48,7 @@ from budgeter.proxy.metrics import ProxyMetrics
 from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.sessions.sessions import Sessions
-from budgeter.sessions.workers import counting_pool, start_all
+from budgeter.sessions.workers import counting_pool
 from budgeter.settings import Settings
 
 T = TypeVar("T")
@@ -91,10 +91,6 @@ class Proxy:
         """Threads for the blocking work (store, tokenizer), set up to count, living as long as the
         proxy: Starlette's thread pool (anyio's) retires a thread idle for 10 s, and the next burst's
         new threads would set up at their first count."""
-
-    def start_workers(self) -> None:
-        """Start every worker thread now (the front door calls this before it serves)."""
-        start_all(self.pool, self.settings.max_workers)
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, in a copy of this task's context."""
