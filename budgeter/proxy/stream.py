@@ -37,15 +37,12 @@ class Reply:
     chunks: int = 0
 
     @classmethod
-    def of_body(cls, body: Any) -> Reply:
+    def of_body(cls, body: dict[str, Any], choice: dict[str, Any]) -> Reply:
+        """The reply of a body ``completion`` checked, and its choice 0."""
         reply = cls()
-        if not isinstance(body, dict):
-            return reply
         reply._usage(body)
-        choice = _first_choice(body)
-        if choice is not None:
-            reply._delta(choice.get("message"))
-            reply._finish(choice)
+        reply._delta(choice["message"])
+        reply._finish(choice)
         return reply
 
     def add_chunk(self, data: Any) -> None:
@@ -122,7 +119,7 @@ def completion(content: bytes) -> Reply:
     choice = _first_choice(body) if isinstance(body, dict) else None
     if choice is None or not isinstance(choice.get("message"), dict):
         raise NotACompletion(f"JSON ({type(body).__name__}) without a message in choices[0]")
-    return Reply.of_body(body)
+    return Reply.of_body(body, choice)
 
 
 def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
