@@ -45,7 +45,7 @@ from budgeter.proxy.errors import (
 )
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
-from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
+from budgeter.proxy.stream import NotACompletion, Reply, completion, parse_data, tee
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.sessions.sessions import Sessions
 from budgeter.sessions.workers import counting_pool
@@ -283,7 +283,7 @@ class Proxy:
         try:
             chunks = capped(upstream.content.iter_any(), self.settings.max_reply_bytes,
                             self._too_large("a longer stream"))
-            async for piece in Tee(chunks, lambda data: reply.add_chunk(parse_data(data))):
+            async for piece in tee(chunks, lambda data: reply.add_chunk(parse_data(data))):
                 yield piece
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short

@@ -1,6 +1,6 @@
 """The upstream's reply: passed through byte for byte, with a parsed copy for the history.
 
-``Tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
+``tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
 to an event-stream parser (``sse.py``); events are never re-synthesised. ``Reply`` accumulates what the parsed
 copy says (content, reasoning, tool calls by index, finish_reason, usage) into the assistant
 message that is appended to the session.
@@ -139,20 +139,14 @@ def parse_data(data: str) -> Any:
         return None  # not ours to judge: the client gets the bytes as they were
 
 
-class Tee:
-    """Iterate the upstream's raw body chunks; each is given out unchanged as it arrives, and a copy
-    runs through the event-stream parser. ``on_event`` sees the data of the events a chunk completes
+async def tee(chunks: AsyncIterator[bytes], on_event: Callable[[str], None]) -> AsyncIterator[bytes]:
+    """The upstream's raw body chunks, each given out unchanged as it arrives, and a copy run
+    through the event-stream parser. ``on_event`` sees the data of the events a chunk completes
     before that chunk is given out, and all of them before the iteration ends."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[str], None]) -> None:
-        self.chunks = chunks
-        self.on_event = on_event
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        parser = SSEParser()
-        async for chunk in self.chunks:
-            for data in parser.feed(chunk):
-                self.on_event(data)
-            yield chunk
-        for data in parser.close():
-            self.on_event(data)
+    parser = SSEParser()
+    async for chunk in chunks:
+        for data in parser.feed(chunk):
+            on_event(data)
+        yield chunk
+    for data in parser.close():
+        on_event(data)
