@@ -323,11 +323,11 @@ class Proxy:
         message = reply.message()
         results = recall.answers(message, lambda h: self.sessions.payload(call.turn.session, h))
         body = recall.extend(call.body, message, results)
-        counted = self.turns.count(recall.as_messages(body), call.request.tools)
+        counted = self.turns.count(body, call.request.tools)
         budget = self.settings.window - int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
         if counted > budget:  # the answer must leave the reply its max_tokens within the window
             body = recall.extend(call.body, message, recall.too_large(results, counted, budget))
-            counted = self.turns.count(recall.as_messages(body), call.request.tools)
+            counted = self.turns.count(body, call.request.tools)
         self.metrics.recalls.inc(len(results))
         call.body, call.counted = body, counted
 

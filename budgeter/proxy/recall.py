@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from budgeter.core.messages import Message, from_openai_list, to_openai
+from budgeter.core.messages import Message, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.proxy.stream import Reply
 
@@ -75,7 +75,3 @@ def _as_object(arguments: str) -> str:
         return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except (ValueError, RecursionError):
         return "{}"
-
-
-def as_messages(body: dict[str, Any]) -> list[Message]:
-    return from_openai_list(body["messages"])

@@ -177,5 +177,7 @@ class ProxySessions:
             return sent[0], sent[1], self.sessions.adaptations(self.tokenizer)
         return self.sessions.sent(self.tokenizer, result.messages, tools)
 
-    def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
+    def count(self, body: dict[str, Any], tools: Sequence[JSONDict]) -> int:
+        """The exact count of a body's messages with ``tools`` (a recall round's next body)."""
+        messages = from_openai_list(body["messages"])
         return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens
