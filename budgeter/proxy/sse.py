@@ -15,13 +15,6 @@ from __future__ import annotations
 import codecs
 
 
-def _split(text: str) -> list[str]:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if text[-1] in "\r\n":
-        lines.pop()
-    return lines
-
-
 class _Lines:
     """Text in, complete lines out (httpx-sse's ``SSELineDecoder``)."""
 
@@ -37,7 +30,9 @@ class _Lines:
         if not text:
             return []
         ends_line = text[-1] in "\r\n"
-        lines = _split(text)
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if ends_line:
+            lines.pop()
         if len(lines) == 1 and not ends_line:
             self.buffer.append(lines[0])
             return []
