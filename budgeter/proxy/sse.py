@@ -50,22 +50,6 @@ class _Lines:
         return lines
 
 
-class _Events:
-    """Lines in, the data of events out (httpx-sse's ``SSEDecoder``)."""
-
-    def __init__(self) -> None:
-        self.data: list[str] = []
-
-    def decode(self, line: str) -> str | None:
-        if line:
-            name, _, value = line.partition(":")
-            if name == "data":
-                self.data.append(value.removeprefix(" "))
-            return None
-        data, self.data = self.data, []
-        return "\n".join(data) if data else None
-
-
 class SSEParser:
     """``feed(chunk)`` returns the data of the events that chunk completed; ``close()`` of those the
     end completes."""
@@ -73,7 +57,7 @@ class SSEParser:
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = _Lines()
-        self._events = _Events()
+        self._data: list[str] = []  # of the event being read
 
     def feed(self, chunk: bytes) -> list[str]:
         text = self._text.decode(chunk)
@@ -85,4 +69,13 @@ class SSEParser:
         return self._decode(lines)
 
     def _decode(self, lines: list[str]) -> list[str]:
-        return [data for data in map(self._events.decode, lines) if data is not None]
+        """Lines in, the data of the events they complete out (httpx-sse's ``SSEDecoder``)."""
+        events = []
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name == "data":
+                self._data.append(value.removeprefix(" "))
+            elif not line and self._data:
+                events.append("\n".join(self._data))
+                self._data = []
+        return events
