@@ -10,6 +10,7 @@ to count before it serves (``sessions.workers.counting_pool``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
@@ -270,10 +271,12 @@ class Proxy:
             self._check_exact(call, reply)
             if held is not None and recall.recall_only(reply) and rounds < recall.MAX_ROUNDS:
                 await self._blocking(self._recall, call, reply)
-                retry = await self._reopen(call, forward)
-                if retry is not None:
-                    upstream = retry
-                    continue
+                with contextlib.suppress(UpstreamError):  # then the held reply goes out as it is
+                    retry = await self._send(call, forward)
+                    if retry.status < 400:
+                        upstream = retry
+                        continue
+                    retry.release()
             if held:
                 yield b"".join(held)
             return
@@ -288,16 +291,6 @@ class Proxy:
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short
             call.upstream += time.perf_counter() - started
-
-    async def _reopen(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse | None:
-        try:
-            upstream = await self._send(call, forward)
-        except UpstreamError:
-            return None
-        if upstream.status >= 400:
-            upstream.release()
-            return None
-        return upstream
 
     async def _send(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse:
         """POST the body; returns once the upstream's headers are in (``_read`` or ``_tee`` takes
