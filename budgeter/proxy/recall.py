@@ -29,13 +29,13 @@ TOOL = {"type": "function", "function": {
 
 
 def recall_only(reply: Reply) -> bool:
-    return bool(reply.calls) and all(name == NAME for name in reply.call_names)
+    return bool(reply.calls) and all(c.name == NAME for c in reply.calls.values())
 
 
 def undecided(reply: Reply) -> bool:
     """True while a streamed reply may still turn out to call only the recall tool: no text yet,
     and no call to another tool."""
-    return not "".join(reply.content).strip() and all(n in ("", NAME) for n in reply.call_names)
+    return not "".join(reply.content).strip() and all(c.name in ("", NAME) for c in reply.calls.values())
 
 
 def answers(reply: Message, lookup: Callable[[str], str]) -> list[Message]:

@@ -90,10 +90,6 @@ class Reply:
             call.arguments.append(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
 
     @property
-    def call_names(self) -> list[str]:
-        return [c.name for c in self.calls.values()]
-
-    @property
     def prompt_tokens(self) -> int | None:
         value = (self.usage or {}).get("prompt_tokens")
         return value if isinstance(value, int) else None
