@@ -39,8 +39,6 @@ class UpstreamError(e.BudgeterError):
     """The upstream could not be reached, stayed silent past its timeout, or answered with what is
     no chat completion or is over a limit."""
 
-    reason = "UPSTREAM_UNREACHABLE"
-
     def __init__(self, message: str, *, reason: str, status: int) -> None:
         super().__init__(message)
         self.reason = reason
