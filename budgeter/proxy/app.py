@@ -70,7 +70,6 @@ class Call:
     turn: Turn
     body: dict[str, Any]
     counted: int
-    model: str
     started: float
     upstream: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -135,7 +134,7 @@ class Proxy:
         body, adapted = self._upstream_body(raw, request, turn)
         self.metrics.adapted(adapted)
         said = self._repaired(request, turn.session)
-        call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
+        call = Call(request, turn, body, turn.result.tokens, started,
                     headers={**report_headers(turn), **notes_header((*adapted, *said))})
         forward = end_to_end(http.headers)
         if raw.get("stream") is True:
@@ -325,8 +324,8 @@ class Proxy:
         call.body, call.counted = body, counted
 
     def _check_exact(self, call: Call, reply: Reply) -> None:
-        self.metrics.exactness(model=call.model, counted=call.counted, reported=reply.prompt_tokens,
-                               session=call.turn.session)
+        self.metrics.exactness(model=str(call.body.get("model", "")), counted=call.counted,
+                               reported=reply.prompt_tokens, session=call.turn.session)
 
     async def _finish(self, call: Call, reply: Reply) -> None:
         """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
