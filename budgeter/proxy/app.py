@@ -10,10 +10,11 @@ to count before it serves (``sessions.workers.counting_pool``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -45,10 +46,10 @@ from budgeter.proxy.errors import (
 )
 from budgeter.proxy.errors import body as error_body
 from budgeter.proxy.metrics import ProxyMetrics
-from budgeter.proxy.stream import NotACompletion, Reply, Tee, completion, parse_data
+from budgeter.proxy.stream import NotACompletion, Reply, completion, parse_data, tee
 from budgeter.proxy.turns import ProxySessions, Request, Turn
 from budgeter.sessions.sessions import Sessions
-from budgeter.sessions.workers import counting_pool, start_all
+from budgeter.sessions.workers import counting_pool
 from budgeter.settings import Settings
 
 T = TypeVar("T")
@@ -69,7 +70,6 @@ class Call:
     turn: Turn
     body: dict[str, Any]
     counted: int
-    model: str
     started: float
     upstream: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -91,10 +91,6 @@ class Proxy:
         """Threads for the blocking work (store, tokenizer), set up to count, living as long as the
         proxy: Starlette's thread pool (anyio's) retires a thread idle for 10 s, and the next burst's
         new threads would set up at their first count."""
-
-    def start_workers(self) -> None:
-        """Start every worker thread now (the front door calls this before it serves)."""
-        start_all(self.pool, self.settings.max_workers)
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, in a copy of this task's context."""
@@ -138,9 +134,9 @@ class Proxy:
         body, adapted = self._upstream_body(raw, request, turn)
         self.metrics.adapted(adapted)
         said = self._repaired(request, turn.session)
-        call = Call(request, turn, body, turn.result.tokens, str(raw.get("model", "")), started,
+        call = Call(request, turn, body, turn.result.tokens, started,
                     headers={**report_headers(turn), **notes_header((*adapted, *said))})
-        forward = forward_headers(http)
+        forward = end_to_end(http.headers)
         if raw.get("stream") is True:
             return await self._stream(call, forward)
         return await self._complete(call, forward)
@@ -230,7 +226,7 @@ class Proxy:
         if not replies[0].chunks:
             await relay.aclose()
             raise upstream_invalid(self.url, "server-sent events without a chat completion chunk")
-        headers = {**response_headers(upstream), **call.headers}
+        headers = {**end_to_end(upstream.headers), **call.headers}
         return StreamingResponse(resumed(first, relay), upstream.status, headers=headers)
 
     async def _relay(self, call: Call, upstream: aiohttp.ClientResponse, forward: dict[str, str],
@@ -274,10 +270,12 @@ class Proxy:
             self._check_exact(call, reply)
             if held is not None and recall.recall_only(reply) and rounds < recall.MAX_ROUNDS:
                 await self._blocking(self._recall, call, reply)
-                retry = await self._reopen(call, forward)
-                if retry is not None:
-                    upstream = retry
-                    continue
+                with contextlib.suppress(UpstreamError):  # then the held reply goes out as it is
+                    retry = await self._send(call, forward)
+                    if retry.status < 400:
+                        upstream = retry
+                        continue
+                    retry.release()
             if held:
                 yield b"".join(held)
             return
@@ -287,21 +285,11 @@ class Proxy:
         try:
             chunks = capped(upstream.content.iter_any(), self.settings.max_reply_bytes,
                             self._too_large("a longer stream"))
-            async for piece in Tee(chunks, lambda event: reply.add_chunk(parse_data(event))):
+            async for piece in tee(chunks, lambda data: reply.add_chunk(parse_data(data))):
                 yield piece
         finally:
             upstream.release()  # back to the pool when read to the end; closed when cut short
             call.upstream += time.perf_counter() - started
-
-    async def _reopen(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse | None:
-        try:
-            upstream = await self._send(call, forward)
-        except UpstreamError:
-            return None
-        if upstream.status >= 400:
-            upstream.release()
-            return None
-        return upstream
 
     async def _send(self, call: Call, forward: dict[str, str]) -> aiohttp.ClientResponse:
         """POST the body; returns once the upstream's headers are in (``_read`` or ``_tee`` takes
@@ -325,19 +313,19 @@ class Proxy:
     def _recall(self, call: Call, reply: Reply) -> None:
         """Answer a recall-only reply from the store; the next upstream body carries the answers."""
         message = reply.message()
-        results = recall.answers(message, lambda h: self.turns.payload(call.turn.session, h))
+        results = recall.answers(message, lambda h: self.sessions.payload(call.turn.session, h))
         body = recall.extend(call.body, message, results)
-        counted = self.turns.count(recall.as_messages(body), call.request.tools)
+        counted = self.turns.count(body, call.request.tools)
         budget = self.settings.window - int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
         if counted > budget:  # the answer must leave the reply its max_tokens within the window
             body = recall.extend(call.body, message, recall.too_large(results, counted, budget))
-            counted = self.turns.count(recall.as_messages(body), call.request.tools)
+            counted = self.turns.count(body, call.request.tools)
         self.metrics.recalls.inc(len(results))
         call.body, call.counted = body, counted
 
     def _check_exact(self, call: Call, reply: Reply) -> None:
-        self.metrics.exactness(model=call.model, counted=call.counted, reported=reply.prompt_tokens,
-                               session=call.turn.session)
+        self.metrics.exactness(model=str(call.body.get("model", "")), counted=call.counted,
+                               reported=reply.prompt_tokens, session=call.turn.session)
 
     async def _finish(self, call: Call, reply: Reply) -> None:
         """Append the reply (with its finish_reason: a call cut by ``length`` stays TRUNCATED)."""
@@ -352,7 +340,7 @@ class Proxy:
 
     async def models(self, http: HTTPRequest) -> Response:
         try:
-            async with self.client.get(f"{self.url}/models", headers=forward_headers(http)) as upstream:
+            async with self.client.get(f"{self.url}/models", headers=end_to_end(http.headers)) as upstream:
                 return passthrough(upstream, await upstream.read(), {})
         except UPSTREAM_ERRORS as exc:
             return error_response(upstream_error(exc, self.url))
@@ -420,7 +408,8 @@ class Proxy:
             log.warning("%s; /health answers 503 NOT_SERVING until it answers", why)
         else:
             log.info("upstream %s answers", self.url)
-        for a in await self._blocking(self.turns.adaptations):  # once per profile, not per turn
+        # the rewrites the profile makes for its template (found when it loaded): once, not per turn
+        for a in await self._blocking(self.sessions.adaptations, self.turns.tokenizer):
             log.warning("tokenizer %s: requests are rewritten for its template (%s): %s", self.turns.tokenizer,
                         a.kind, a.note)
 
@@ -440,13 +429,8 @@ async def read_body(http: HTTPRequest, limit: int) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"the request body is {declared} bytes; the limit is {limit}",
                               metadata={"limit": limit})
-    parts, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
-        parts.append(chunk)
-    return b"".join(parts)
+    over = RequestTooLarge(f"the request body is over the limit of {limit} bytes", metadata={"limit": limit})
+    return b"".join([chunk async for chunk in capped(http.stream(), limit, over)])
 
 
 async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
@@ -481,17 +465,14 @@ async def resumed(first: bytes | None, rest: AsyncGenerator[bytes, None]) -> Asy
         await rest.aclose()
 
 
-def forward_headers(http: HTTPRequest) -> dict[str, str]:
-    """The client's headers for the upstream (its API key among them), less hop-by-hop ones."""
-    return {k: v for k, v in http.headers.items() if k.lower() not in DROP}
-
-
-def response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP}
+def end_to_end(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers less hop-by-hop ones: the client's for the upstream (its API key among them), the
+    upstream's for the client."""
+    return {k: v for k, v in headers.items() if k.lower() not in DROP}
 
 
 def passthrough(upstream: aiohttp.ClientResponse, content: bytes, extra: dict[str, str]) -> Response:
-    return Response(content, upstream.status, headers={**response_headers(upstream), **extra})
+    return Response(content, upstream.status, headers={**end_to_end(upstream.headers), **extra})
 
 
 def report_headers(turn: Turn) -> dict[str, str]:

@@ -10,7 +10,6 @@ chat completion 502 ``UPSTREAM_INVALID``, a reply over a limit 502 ``UPSTREAM_TO
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import aiohttp
@@ -18,8 +17,6 @@ from starlette.responses import JSONResponse
 
 from budgeter import errors as e
 from budgeter.core.jsonargs import dumps_bytes
-
-log = logging.getLogger("budgeter.proxy")
 
 
 class RequestTooLarge(e.LimitExceeded):
@@ -41,8 +38,6 @@ TABLE: tuple[tuple[type[e.BudgeterError], int, str], ...] = (
 class UpstreamError(e.BudgeterError):
     """The upstream could not be reached, stayed silent past its timeout, or answered with what is
     no chat completion or is over a limit."""
-
-    reason = "UPSTREAM_UNREACHABLE"
 
     def __init__(self, message: str, *, reason: str, status: int) -> None:
         super().__init__(message)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from budgeter.core.messages import Message, from_openai_list, to_openai
+from budgeter.core.messages import Message, to_openai
 from budgeter.errors import BudgeterError
 from budgeter.proxy.stream import Reply
 
@@ -29,13 +29,13 @@ TOOL = {"type": "function", "function": {
 
 
 def recall_only(reply: Reply) -> bool:
-    return bool(reply.calls) and all(name == NAME for name in reply.call_names)
+    return bool(reply.calls) and all(c.name == NAME for c in reply.calls.values())
 
 
 def undecided(reply: Reply) -> bool:
     """True while a streamed reply may still turn out to call only the recall tool: no text yet,
     and no call to another tool."""
-    return not "".join(reply.content).strip() and all(n in ("", NAME) for n in reply.call_names)
+    return not "".join(reply.content).strip() and all(c.name in ("", NAME) for c in reply.calls.values())
 
 
 def answers(reply: Message, lookup: Callable[[str], str]) -> list[Message]:
@@ -75,7 +75,3 @@ def _as_object(arguments: str) -> str:
         return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except (ValueError, RecursionError):
         return "{}"
-
-
-def as_messages(body: dict[str, Any]) -> list[Message]:
-    return from_openai_list(body["messages"])

@@ -21,6 +21,7 @@ from budgeter.proxy.app import create_app
 from budgeter.sessions.cpus import pin
 from budgeter.sessions.sessions import Limits, Sessions
 from budgeter.sessions.tokenizers import Tokenizers, settle
+from budgeter.sessions.workers import start_all
 from budgeter.settings import Settings
 from budgeter.store import open_store
 
@@ -109,7 +110,7 @@ def head_deadline(head_timeout: float) -> type[asyncio.Protocol]:
 def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
     """The app, with its worker threads started and set up to count, in uvicorn's config."""
     app = create_app(settings, sessions)
-    app.state.proxy.start_workers()
+    start_all(app.state.proxy.pool, settings.max_workers)
     return uvicorn.Config(app, host=settings.host, port=settings.proxy_port, log_level=log_level,
                           access_log=False, timeout_graceful_shutdown=int(settings.grace) or None,
                           lifespan="on", http=head_deadline(settings.header_timeout))

@@ -6,28 +6,13 @@ the bytes are decoded here as httpx decoded them (UTF-8, incrementally, errors r
 ``\\r\\n``, ``\\r`` and ``\\n`` end a line (the SSE spec), a ``\\r`` at a chunk's end waits for the
 next chunk, and an event is dispatched at a blank line
 (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
+Only an event's data is kept: the proxy reads nothing else (``event``, ``id`` and ``retry`` lines
+are skipped, and an event without data is none).
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class ServerSentEvent:
-    event: str = "message"
-    data: str = ""
-    id: str = ""
-    retry: int | None = None
-
-
-def _split(text: str) -> list[str]:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if text[-1] in "\r\n":
-        lines.pop()
-    return lines
 
 
 class _Lines:
@@ -45,7 +30,9 @@ class _Lines:
         if not text:
             return []
         ends_line = text[-1] in "\r\n"
-        lines = _split(text)
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if ends_line:
+            lines.pop()
         if len(lines) == 1 and not ends_line:
             self.buffer.append(lines[0])
             return []
@@ -63,57 +50,32 @@ class _Lines:
         return lines
 
 
-class _Events:
-    """Lines in, events out (httpx-sse's ``SSEDecoder``)."""
-
-    def __init__(self) -> None:
-        self.event = ""
-        self.data: list[str] = []
-        self.last_id = ""
-        self.retry: int | None = None
-
-    def decode(self, line: str) -> ServerSentEvent | None:
-        if not line:
-            return self._dispatch()
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            self.event = value
-        elif name == "data":
-            self.data.append(value)
-        elif name == "id" and "\0" not in value:
-            self.last_id = value
-        elif name == "retry":
-            with contextlib.suppress(ValueError):
-                self.retry = int(value)
-        return None
-
-    def _dispatch(self) -> ServerSentEvent | None:
-        if not self.event and not self.data and not self.last_id and self.retry is None:
-            return None
-        sse = ServerSentEvent(self.event or "message", "\n".join(self.data), self.last_id, self.retry)
-        self.event, self.data, self.retry = "", [], None  # the last event id stays (the spec)
-        return sse
-
-
 class SSEParser:
-    """``feed(chunk)`` returns the events that chunk completed; ``close()`` those the end completes."""
+    """``feed(chunk)`` returns the data of the events that chunk completed; ``close()`` of those the
+    end completes."""
 
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lines = _Lines()
-        self._events = _Events()
+        self._data: list[str] = []  # of the event being read
 
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+    def feed(self, chunk: bytes) -> list[str]:
         text = self._text.decode(chunk)
         return self._decode(self._lines.decode(text)) if text else []
 
-    def close(self) -> list[ServerSentEvent]:
+    def close(self) -> list[str]:
         text = self._text.decode(b"", final=True)
         lines = (self._lines.decode(text) if text else []) + self._lines.flush()
         return self._decode(lines)
 
-    def _decode(self, lines: list[str]) -> list[ServerSentEvent]:
-        return [sse for sse in map(self._events.decode, lines) if sse is not None]
+    def _decode(self, lines: list[str]) -> list[str]:
+        """Lines in, the data of the events they complete out (httpx-sse's ``SSEDecoder``)."""
+        events = []
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name == "data":
+                self._data.append(value.removeprefix(" "))
+            elif not line and self._data:
+                events.append("\n".join(self._data))
+                self._data = []
+        return events

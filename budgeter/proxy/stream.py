@@ -1,6 +1,6 @@
 """The upstream's reply: passed through byte for byte, with a parsed copy for the history.
 
-``Tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
+``tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
 to an event-stream parser (``sse.py``); events are never re-synthesised. ``Reply`` accumulates what the parsed
 copy says (content, reasoning, tool calls by index, finish_reason, usage) into the assistant
 message that is appended to the session.
@@ -9,16 +9,13 @@ message that is appended to the session.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
-from budgeter.proxy.sse import ServerSentEvent, SSEParser
-
-log = logging.getLogger("budgeter.proxy")
+from budgeter.proxy.sse import SSEParser
 
 
 @dataclass
@@ -40,15 +37,12 @@ class Reply:
     chunks: int = 0
 
     @classmethod
-    def of_body(cls, body: Any) -> Reply:
+    def of_body(cls, body: dict[str, Any], choice: dict[str, Any]) -> Reply:
+        """The reply of a body ``completion`` checked, and its choice 0."""
         reply = cls()
-        if not isinstance(body, dict):
-            return reply
         reply._usage(body)
-        choice = _first_choice(body)
-        if choice is not None:
-            reply._delta(choice.get("message"))
-            reply._finish(choice)
+        reply._delta(choice["message"])
+        reply._finish(choice)
         return reply
 
     def add_chunk(self, data: Any) -> None:
@@ -96,10 +90,6 @@ class Reply:
             call.arguments.append(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
 
     @property
-    def call_names(self) -> list[str]:
-        return [c.name for c in self.calls.values()]
-
-    @property
     def prompt_tokens(self) -> int | None:
         value = (self.usage or {}).get("prompt_tokens")
         return value if isinstance(value, int) else None
@@ -125,7 +115,7 @@ def completion(content: bytes) -> Reply:
     choice = _first_choice(body) if isinstance(body, dict) else None
     if choice is None or not isinstance(choice.get("message"), dict):
         raise NotACompletion(f"JSON ({type(body).__name__}) without a message in choices[0]")
-    return Reply.of_body(body)
+    return Reply.of_body(body, choice)
 
 
 def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -136,29 +126,23 @@ def _first_choice(data: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def parse_data(event: ServerSentEvent) -> Any:
-    if event.data == "[DONE]":
+def parse_data(data: str) -> Any:
+    if data == "[DONE]":
         return None
     try:
-        return loads(event.data)
+        return loads(data)
     except (ValueError, RecursionError):
         return None  # not ours to judge: the client gets the bytes as they were
 
 
-class Tee:
-    """Iterate the upstream's raw body chunks; each is given out unchanged as it arrives, and a copy
-    runs through the event-stream parser. ``on_event`` sees the events a chunk completes before that
-    chunk is given out, and all of them before the iteration ends."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], on_event: Callable[[ServerSentEvent], None]) -> None:
-        self.chunks = chunks
-        self.on_event = on_event
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        parser = SSEParser()
-        async for chunk in self.chunks:
-            for event in parser.feed(chunk):
-                self.on_event(event)
-            yield chunk
-        for event in parser.close():
-            self.on_event(event)
+async def tee(chunks: AsyncIterator[bytes], on_event: Callable[[str], None]) -> AsyncIterator[bytes]:
+    """The upstream's raw body chunks, each given out unchanged as it arrives, and a copy run
+    through the event-stream parser. ``on_event`` sees the data of the events a chunk completes
+    before that chunk is given out, and all of them before the iteration ends."""
+    parser = SSEParser()
+    async for chunk in chunks:
+        for data in parser.feed(chunk):
+            on_event(data)
+        yield chunk
+    for data in parser.close():
+        on_event(data)

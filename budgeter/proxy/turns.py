@@ -1,7 +1,7 @@
 """The proxy's side of the session layer: reconcile a request with its session, build, append the
 reply, and the stateless fit. Blocking (the store, the tokenizer): the app runs these in threads.
 
-Only ``Sessions``' public operations are used (create, line, append, build, fit, count, payload);
+Only ``Sessions``' public operations are used (create, line, append, build, fit, count);
 the reconciliation rule is in ``reconcile.py``.
 """
 
@@ -174,15 +174,10 @@ class ProxySessions:
         rewrites that made it, where it was rewritten. ``sent``: the rewrite the build already
         made (``Turn.sent``), not made again."""
         if sent is not None:
-            return sent[0], sent[1], self.adaptations()
+            return sent[0], sent[1], self.sessions.adaptations(self.tokenizer)
         return self.sessions.sent(self.tokenizer, result.messages, tools)
 
-    def adaptations(self) -> tuple[Adaptation, ...]:
-        """The rewrites the proxy's profile makes for its template (found when it loaded)."""
-        return self.sessions.adaptations(self.tokenizer)
-
-    def count(self, messages: Sequence[Message], tools: Sequence[JSONDict]) -> int:
+    def count(self, body: dict[str, Any], tools: Sequence[JSONDict]) -> int:
+        """The exact count of a body's messages with ``tools`` (a recall round's next body)."""
+        messages = from_openai_list(body["messages"])
         return self.sessions.count(tokenizer=self.tokenizer, messages=messages, tools=tools).tokens
-
-    def payload(self, session: str, handle: str) -> str:
-        return self.sessions.payload(session, handle)

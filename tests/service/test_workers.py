@@ -102,7 +102,7 @@ def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp
     """The proxy's worker threads start, set up to count, before it serves (Starlette's own pool
     starts a thread at a busy moment and retires it after 10 idle seconds, so a later burst's new
     threads set up at their first count); they end with the proxy."""
-    from budgeter.proxy import start
+    from budgeter.proxy.server import start
     from budgeter.settings import Settings
 
     before = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")}
