@@ -81,22 +81,6 @@ def check(server: str | None) -> str:
     return server
 
 
-def normalizes(server: str) -> bool:
-    return NORMALIZES[server]
-
-
-def promotes(server: str) -> bool:
-    return PROMOTES[server]
-
-
-def prefills(server: str) -> bool:
-    return PREFILLS[server]
-
-
-def rebuilds_tools(server: str) -> bool:
-    return REBUILDS_TOOLS[server]
-
-
 def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
     """``tool`` as llama.cpp's server hands it to the template (``REBUILDS_TOOLS``)."""
     fn = tool.get("function")
