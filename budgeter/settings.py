@@ -53,20 +53,14 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9464, ge=0, le=65535)
     """Prometheus /metrics on its own port; 0 turns it off."""
     max_workers: int = Field(8, ge=1)
-    """Threads serving RPCs. Python's GIL runs one call's engine work at a time; the others wait on
-    the store or the network meanwhile, so threads beyond the cores serve more turns while calls wait
-    on the store (``bench_load``; figures in tests/bench/HISTORY.md, "Load")."""
+    """Threads serving RPCs: more than the cores, as calls wait on the store (``bench_load``)."""
     grpc_experiments: str = "-event_engine_client,-event_engine_listener"
-    """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set that variable
-    (grpc reads it once, as it starts). The default turns grpc's EventEngine client and listener
-    off: a call's reads and writes then run on the thread that waits for them instead of being
-    handed between threads. A lone caller here (``GetSession`` in a loop) spent less CPU a call on
-    both sides, most on its own, and less time; under load the difference was within the noise
-    (tests/bench/HISTORY.md, "grpc's own hand-offs"). Empty: grpc's own default."""
+    """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set it. The default
+    turns grpc's EventEngine off, so a call's I/O runs on the thread that waits for it, not handed
+    between threads (``bench_grpc``). Empty: grpc's own default."""
     cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
     """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
-    it. One replica per core, each pinned to its own, keeps a replica's working set in that
-    core's caches instead of moving it between cores (tests/bench/HISTORY.md, "Load")."""
+    it. Why pin: ``sessions/cpus.py``."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
     max_messages_per_append: int = Field(1000, ge=1)
     max_sessions: int = Field(100_000, ge=1)
