@@ -94,16 +94,13 @@ class Server:
             close()
         self.sessions.store.close()
 
-    def start_workers(self, timeout: float = 60.0) -> None:
+    def start_workers(self) -> None:
         """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
         takes a call. A worker otherwise starts at the call that finds the others busy and sets up
         there, past the p99 target (``bench_service``). ``budgeter serve`` does this once, after
         ``settle``; a call that comes in meanwhile waits for a worker."""
         if self.pool is not None:
-            start_all(self.pool, self.workers, timeout)
-
-    def wait(self) -> None:
-        self.grpc_server.wait_for_termination()
+            start_all(self.pool, self.workers)
 
 
 LIVENESS = "liveness"
