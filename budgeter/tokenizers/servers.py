@@ -34,10 +34,8 @@ SERVERS: dict[str, Mapping[str, Any]] = {
 }
 
 NORMALIZES = {"llama.cpp": False, "vllm": True, "transformers": True}
-"""Whether the server applies a ``tokenizer.json``'s NFC normalizer. llama.cpp's tokenizers apply no
-Unicode normalization (b11434: U+F945, a CJK compatibility ideograph a random Qwen3 model wrote,
-is one token on llama-server and two after NFC, as transformers tokenizes it); vLLM and
-transformers run the Hugging Face tokenizer, normalizer included."""
+"""Whether the server applies a ``tokenizer.json``'s NFC normalizer: llama.cpp's tokenizers apply no
+Unicode normalization (b11434); vLLM and transformers run the Hugging Face tokenizer's."""
 
 PROMOTES = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server matches as one token the ordinary vocabulary entries that llama.cpp's loader
@@ -46,17 +44,14 @@ makes special by their text (``promoted.py``: ``</s>`` in the Qwen2.5/Qwen3 voca
 PREFILLS = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server takes a conversation that ends with an assistant message as a prefill of that
 message (no new assistant turn). llama.cpp's server does (b11434, ``prefill_assistant`` on by
-default: ``[user "hi", assistant "Done."]`` is 15 prompt tokens on Qwen3.6, not 22); vLLM and
-transformers open a new turn unless the request sets ``continue_final_message`` (their default
-``add_generation_prompt`` is true)."""
+default); vLLM and transformers open a new turn unless the request sets ``continue_final_message``."""
 
 REBUILDS_TOOLS = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server rebuilds each tool before the template sees it. llama.cpp's does (b11434,
 ``common_chat_tools_parse_oaicompat`` then ``common_chat_tools_to_json_oaicompat``): every function
 tool becomes ``{"type", "function": {"name", "description", "parameters"}}`` in that order, a missing
 description ``""``, missing parameters ``{}``, other keys (``strict``) dropped; the parameters are
-kept as sent. Measured on llama-server: a tool without a description was 4 tokens more there than
-as sent, one with ``strict`` 5 fewer (``tests/tokenizers/test_llamacpp_ground_truth.py``)."""
+kept as sent (``tests/tokenizers/test_llamacpp_ground_truth.py``)."""
 
 DESCRIPTIONS = {
     "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
