@@ -28,8 +28,8 @@ from budgeter.service.auth import Auth
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.sessions.cpus import pin, span
 from budgeter.sessions.metrics import Metrics
-from budgeter.sessions.sessions import Limits, Sessions
-from budgeter.sessions.tokenizers import Tokenizers, settle
+from budgeter.sessions.sessions import Sessions, from_settings
+from budgeter.sessions.tokenizers import settle
 from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
@@ -124,13 +124,7 @@ def create_server(settings: Settings, *, store: SessionStore | None = None, read
 
 
 def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]], ready: bool) -> Server:
-    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
-                        formats=settings.chat_formats)
-    for name in {settings.default_tokenizer, *settings.preload}:
-        tokenizers.counter(name)  # load now, so the first request is not the slow one
-    limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
-                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
-    sessions = Sessions(store, tokenizers, limits=limits)
+    sessions = from_settings(settings, store)
     metrics = Metrics()
     metrics.watch_store(store)
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),
