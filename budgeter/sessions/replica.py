@@ -11,10 +11,8 @@ estimated to hold (``limit_bytes``); least recently used sessions go first, and 
 loaded from the store again at its next use. The session used last is never evicted, so a
 session larger than the whole bound still works: it is evicted once another one is used.
 
-The process-wide memos that hold message text (``core/memo.py``: the counter's template dicts and
-costs, piece counts, the template adapter's rewrites and walks, wire conversions) keep an evicted
-session's messages until they turn over, so their budget follows the same bound: each may hold
-``memo_chars(limit_bytes)`` characters, set when a replica is made.
+The process-wide memos that hold message text (``core/memo.py``) keep an evicted session's messages
+until they turn over, so their budget follows the same bound (``memo_chars``).
 """
 
 from __future__ import annotations
