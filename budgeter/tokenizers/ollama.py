@@ -8,12 +8,8 @@ whose layers point at extension-less blobs ``blobs/sha256-HEX``: the GGUF
 Ollama. The folder is ``OLLAMA_MODELS`` or ``~/.ollama/models`` -- Ollama's own setting, read here
 where Ollama reads it.
 
-Ollama renders its Go template, not the GGUF's Jinja template, and budgeter cannot run Go
-templates. The count uses the GGUF's Jinja template, and ``compare`` says how far that is from what
-Ollama sends: it renders the Jinja template on a probe conversation and checks that every literal
-piece of the Go template (the text between ``{{ ... }}`` actions: role headers, separators) occurs
-in it, in order, and that tools are rendered by both or neither. When they agree the report says
-so; otherwise it says the count is an approximation and names the pieces that differ.
+Ollama renders its Go template, which budgeter cannot run: the count uses the GGUF's Jinja
+template, and ``compare`` says how far that is from what Ollama sends.
 """
 
 from __future__ import annotations
