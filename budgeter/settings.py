@@ -82,9 +82,8 @@ class Settings(BaseSettings):
     live_sessions: int = Field(512, ge=1)
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     live_bytes: int = Field(1 << 30, ge=1)
-    """Bytes of engine state a replica keeps in memory, estimated from each session's history
-    (``sessions/replica.py``, ``footprint``); least recently used sessions go first, but never the
-    one used last, so a session larger than this still works (it is evicted once another is used)."""
+    """Bytes of engine state a replica keeps in memory, estimated from each session's history; how
+    it evicts: ``sessions/replica.py``."""
     grace: float = Field(5.0, ge=0)
     """Seconds in-flight RPCs get on SIGTERM."""
     store_wait: float = Field(3.0, ge=0)
