@@ -206,7 +206,9 @@ class Settings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _ConfigFile(settings_cls))
+        # the TOML file named by ``config_file`` (flag) or ``BUDGETER_CONFIG_FILE``
+        path = getattr(init_settings, "init_kwargs", {}).get("config_file") or os.environ.get("BUDGETER_CONFIG_FILE")
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
 
 
 def redacted(url: str) -> str:
@@ -223,24 +225,9 @@ def redacted(url: str) -> str:
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
-class _ConfigFile(TomlConfigSettingsSource):
-    """The TOML file named by ``config_file`` (flag) or ``BUDGETER_CONFIG_FILE``."""
-
-    def __init__(self, settings_cls: type[BaseSettings]) -> None:
-        path = _CONFIG_FILE.get("path") or os.environ.get("BUDGETER_CONFIG_FILE")
-        super().__init__(settings_cls, toml_file=path)
-
-
-_CONFIG_FILE: dict[str, str | None] = {}
-
-
 def load_settings(config_file: str | Path | None = None, **values: Any) -> Settings:
     """Build the settings from flags (``values``, None meaning unset), environment and file."""
-    _CONFIG_FILE["path"] = str(config_file) if config_file else None
-    try:
-        given = {k: v for k, v in values.items() if v is not None and v != [] and v != ()}
-        if config_file:
-            given["config_file"] = Path(config_file)
-        return Settings(**given)
-    finally:
-        _CONFIG_FILE.clear()
+    given = {k: v for k, v in values.items() if v is not None and v != [] and v != ()}
+    if config_file:
+        given["config_file"] = Path(config_file)
+    return Settings(**given)
