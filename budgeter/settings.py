@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set it. The default
     turns grpc's EventEngine off, so a call's I/O runs on the thread that waits for it, not handed
     between threads (``bench_grpc``). Empty: grpc's own default."""
-    cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    cpus: Annotated[list[Annotated[int, Field(ge=0)]], NoDecode] = Field(default_factory=list)
     """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
     it. Why pin: ``sessions/cpus.py``."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
@@ -167,9 +167,7 @@ class Settings(BaseSettings):
 
     @field_validator("cpus")
     @classmethod
-    def _cpus_known(cls, value: list[int]) -> list[int]:
-        if any(n < 0 for n in value):
-            raise ValueError("CPU numbers are 0 or more")
+    def _cpus_sorted(cls, value: list[int]) -> list[int]:
         return sorted(set(value))
 
     @field_validator("preload", mode="before")
