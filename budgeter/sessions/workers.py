@@ -23,8 +23,6 @@ def counting_pool(workers: int, name: str) -> futures.ThreadPoolExecutor:
 def start_all(pool: futures.Executor, workers: int, timeout: float = 60.0) -> None:
     """Start all ``workers`` threads of ``pool`` now (each holds its thread until every one has
     started, so the pool cannot hand two of them to one idle thread)."""
-    if workers <= 0:
-        return
     gate = threading.Barrier(workers)
 
     def hold() -> None:
