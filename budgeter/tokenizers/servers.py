@@ -1,14 +1,11 @@
 """What an inference server adds to a chat template's context, so a count matches its render.
 
 The same published template renders different prompts on different servers, because servers pass
-their own variables. llama.cpp (b11434, ``--jinja``) turns on ``preserve_reasoning`` by default
-(``--no-reasoning-preserve`` turns it off) and then sets ``preserve_thinking``,
-``clear_thinking``, ``truncate_history_thinking`` and ``drop_thinking`` to match, plus
-``enable_thinking``, and today's date as ``date_string`` and ``datetime`` (Llama 3.1's template
-prints it). With the Qwen3.6 template every earlier assistant turn keeps its ``<think>`` block.
-vLLM and transformers pass none of these: the same template drops the reasoning of turns before
-the last user query. A profile names its server as ``SPEC@SERVER`` (``qwen3.6@vllm``); the
-default is llama.cpp, the server local agents run.
+their own variables: llama.cpp (b11434, ``--jinja``) the reasoning switches of ``_LLAMA_CPP``
+(``preserve_reasoning`` is on by default) and today's date (``DYNAMIC``), so that the Qwen3.6
+template keeps every earlier turn's ``<think>`` block there; vLLM and transformers pass none, and
+it drops the reasoning before the last user query. A profile names its server as ``SPEC@SERVER``
+(``qwen3.6@vllm``); the default is llama.cpp, the server local agents run.
 """
 
 from __future__ import annotations
