@@ -95,10 +95,8 @@ class Server:
         self.sessions.store.close()
 
     def start_workers(self) -> None:
-        """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
-        takes a call. A worker otherwise starts at the call that finds the others busy and sets up
-        there, past the p99 target (``bench_service``). ``budgeter serve`` does this once, after
-        ``settle``; a call that comes in meanwhile waits for a worker."""
+        """Start every RPC worker now, each set up to count before it takes a call (why:
+        ``sessions/workers.py``). ``budgeter serve`` does this once, after ``settle``."""
         if self.pool is not None:
             start_all(self.pool, self.workers)
 
