@@ -53,20 +53,14 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9464, ge=0, le=65535)
     """Prometheus /metrics on its own port; 0 turns it off."""
     max_workers: int = Field(8, ge=1)
-    """Threads serving RPCs. Python's GIL runs one call's engine work at a time; the others wait on
-    the store or the network meanwhile, so threads beyond the cores serve more turns while calls wait
-    on the store (``bench_load``; figures in tests/bench/HISTORY.md, "Load")."""
+    """Threads serving RPCs: more than the cores, as calls wait on the store (``bench_load``)."""
     grpc_experiments: str = "-event_engine_client,-event_engine_listener"
-    """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set that variable
-    (grpc reads it once, as it starts). The default turns grpc's EventEngine client and listener
-    off: a call's reads and writes then run on the thread that waits for them instead of being
-    handed between threads. A lone caller here (``GetSession`` in a loop) spent less CPU a call on
-    both sides, most on its own, and less time; under load the difference was within the noise
-    (tests/bench/HISTORY.md, "grpc's own hand-offs"). Empty: grpc's own default."""
-    cpus: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    """``GRPC_EXPERIMENTS`` for ``budgeter serve`` when its environment does not set it. The default
+    turns grpc's EventEngine off, so a call's I/O runs on the thread that waits for it, not handed
+    between threads (``bench_grpc``). Empty: grpc's own default."""
+    cpus: Annotated[list[Annotated[int, Field(ge=0)]], NoDecode] = Field(default_factory=list)
     """CPUs the server runs on (``"0"``, ``"0,2"``, ``"0-3"``); empty: wherever the OS schedules
-    it. One replica per core, each pinned to its own, keeps a replica's working set in that
-    core's caches instead of moving it between cores (tests/bench/HISTORY.md, "Load")."""
+    it. Why pin: ``sessions/cpus.py``."""
     max_message_bytes: int = Field(4 << 20, ge=1024)
     max_messages_per_append: int = Field(1000, ge=1)
     max_sessions: int = Field(100_000, ge=1)
@@ -88,9 +82,8 @@ class Settings(BaseSettings):
     live_sessions: int = Field(512, ge=1)
     """Sessions whose engine state a replica keeps in memory (least recently used go first)."""
     live_bytes: int = Field(1 << 30, ge=1)
-    """Bytes of engine state a replica keeps in memory, estimated from each session's history
-    (``sessions/replica.py``, ``footprint``); least recently used sessions go first, but never the
-    one used last, so a session larger than this still works (it is evicted once another is used)."""
+    """Bytes of engine state a replica keeps in memory, estimated from each session's history; how
+    it evicts: ``sessions/replica.py``."""
     grace: float = Field(5.0, ge=0)
     """Seconds in-flight RPCs get on SIGTERM."""
     store_wait: float = Field(3.0, ge=0)
@@ -174,9 +167,7 @@ class Settings(BaseSettings):
 
     @field_validator("cpus")
     @classmethod
-    def _cpus_known(cls, value: list[int]) -> list[int]:
-        if any(n < 0 for n in value):
-            raise ValueError("CPU numbers are 0 or more")
+    def _cpus_sorted(cls, value: list[int]) -> list[int]:
         return sorted(set(value))
 
     @field_validator("preload", mode="before")
@@ -213,7 +204,9 @@ class Settings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _ConfigFile(settings_cls))
+        # the TOML file named by ``config_file`` (flag) or ``BUDGETER_CONFIG_FILE``
+        path = getattr(init_settings, "init_kwargs", {}).get("config_file") or os.environ.get("BUDGETER_CONFIG_FILE")
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
 
 
 def redacted(url: str) -> str:
@@ -230,24 +223,9 @@ def redacted(url: str) -> str:
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
-class _ConfigFile(TomlConfigSettingsSource):
-    """The TOML file named by ``config_file`` (flag) or ``BUDGETER_CONFIG_FILE``."""
-
-    def __init__(self, settings_cls: type[BaseSettings]) -> None:
-        path = _CONFIG_FILE.get("path") or os.environ.get("BUDGETER_CONFIG_FILE")
-        super().__init__(settings_cls, toml_file=path)
-
-
-_CONFIG_FILE: dict[str, str | None] = {}
-
-
 def load_settings(config_file: str | Path | None = None, **values: Any) -> Settings:
     """Build the settings from flags (``values``, None meaning unset), environment and file."""
-    _CONFIG_FILE["path"] = str(config_file) if config_file else None
-    try:
-        given = {k: v for k, v in values.items() if v is not None and v != [] and v != ()}
-        if config_file:
-            given["config_file"] = Path(config_file)
-        return Settings(**given)
-    finally:
-        _CONFIG_FILE.clear()
+    given = {k: v for k, v in values.items() if v is not None and v != [] and v != ()}
+    if config_file:
+        given["config_file"] = Path(config_file)
+    return Settings(**given)

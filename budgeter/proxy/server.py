@@ -19,8 +19,8 @@ import uvicorn
 from budgeter.errors import BudgeterError
 from budgeter.proxy.app import create_app
 from budgeter.sessions.cpus import pin
-from budgeter.sessions.sessions import Limits, Sessions
-from budgeter.sessions.tokenizers import Tokenizers, settle
+from budgeter.sessions.sessions import Sessions, from_settings
+from budgeter.sessions.tokenizers import settle
 from budgeter.sessions.workers import start_all
 from budgeter.settings import Settings
 from budgeter.store import open_store
@@ -33,13 +33,7 @@ def open_sessions(settings: Settings) -> Sessions:
     options: dict[str, object] = {"idempotency_ttl": settings.idempotency_ttl}
     if settings.store_url.startswith(("redis", "unix://")):
         options["prefix"] = settings.redis_prefix
-    store = open_store(settings.store_url, **options)
-    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
-                        formats=settings.chat_formats)
-    tokenizers.counter(settings.default_tokenizer)  # load now, so the first request is not the slow one
-    limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
-                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
-    return Sessions(store, tokenizers, limits=limits)
+    return from_settings(settings, open_store(settings.store_url, **options))
 
 
 class _Server(uvicorn.Server):

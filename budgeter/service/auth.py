@@ -34,10 +34,6 @@ class Auth:
                 raise InvalidInput(f"tenant name {tenant!r} must be 1-64 letters, digits, '_' or '-'",
                                    field="auth_tokens")
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._tokens)
-
     def tenant(self, context: Any) -> str:
         if not self._tokens:
             return ""

@@ -118,9 +118,12 @@ def append_to_pb(r: AppendResult) -> pb.AppendMessagesResponse:
 
 
 def call_to_pb(c: CallInfo) -> pb.ToolCallVerdict:
+    # text from decoded JSON arguments (a path, a key) may hold a lone surrogate from a "\ud800"
+    # escape, which a protobuf string cannot carry: escape_surrogates sends it as that escape
     out = pb.ToolCallVerdict(
-        id=c.id, name=c.name, status=ARG_STATUS[c.status], detail=_utf8(c.detail), runnable=c.runnable,
-        file_operation=FILE_OP[c.operation], path=_utf8(c.path), repeat_error=_utf8(c.repeat_error),
+        id=c.id, name=c.name, status=ARG_STATUS[c.status], detail=escape_surrogates(c.detail),
+        runnable=c.runnable, file_operation=FILE_OP[c.operation], path=escape_surrogates(c.path),
+        repeat_error=escape_surrogates(c.repeat_error),
         problems=[_problem(code, field, message) for code, field, message in c.problems])
     if c.repeat_of is not None:
         out.repeat_of_index = c.repeat_of
@@ -192,7 +195,7 @@ def tool_call_from_pb(c: pb.ToolCall) -> ToolCall:
 def verdict_to_pb(v: CallVerdict) -> pb.ValidateToolCallResponse:
     out = pb.ValidateToolCallResponse(
         status=ARG_STATUS[v.status.value], runnable=v.runnable, arguments=v.arguments,
-        detail=_utf8(v.repair or v.detail), repeat_error=_utf8(v.repeat_error),
+        detail=escape_surrogates(v.repair or v.detail), repeat_error=escape_surrogates(v.repeat_error),
         problems=[_problem(p.code, p.field, p.message) for p in v.problems])
     if v.repeat_of is not None:
         out.repeat_of_index = v.repeat_of
@@ -200,13 +203,7 @@ def verdict_to_pb(v: CallVerdict) -> pb.ValidateToolCallResponse:
 
 
 def _problem(code: str, field: str, message: str) -> pb.Problem:
-    return pb.Problem(code=code, field=_utf8(field), message=_utf8(message))
-
-
-def _utf8(text: str) -> str:
-    """Text taken from decoded JSON arguments (a path, a key) may hold a lone surrogate from a
-    ``"\\ud800"`` escape, which a protobuf string cannot carry: it goes out as that escape."""
-    return escape_surrogates(text)
+    return pb.Problem(code=code, field=escape_surrogates(field), message=escape_surrogates(message))
 
 
 def suggestion_to_pb(s: PathSuggestion) -> pb.SuggestPathResponse:

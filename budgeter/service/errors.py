@@ -16,7 +16,6 @@ from grpc_status import rpc_status
 from budgeter import errors as e
 from budgeter.service.auth import Unauthenticated
 from budgeter.sessions.logs import log_internal
-from budgeter.wire import error_info  # noqa: F401 - re-exported for tests
 
 DOMAIN = "budgeter"
 

@@ -28,8 +28,8 @@ from budgeter.service.auth import Auth
 from budgeter.service.servicer import BudgeterServicer, handlers
 from budgeter.sessions.cpus import pin, span
 from budgeter.sessions.metrics import Metrics
-from budgeter.sessions.sessions import Limits, Sessions
-from budgeter.sessions.tokenizers import Tokenizers, settle
+from budgeter.sessions.sessions import Sessions, from_settings
+from budgeter.sessions.tokenizers import settle
 from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
@@ -94,16 +94,11 @@ class Server:
             close()
         self.sessions.store.close()
 
-    def start_workers(self, timeout: float = 60.0) -> None:
-        """Start every RPC worker now, each set up to count (``workers.counting_pool``) before it
-        takes a call. A worker otherwise starts at the call that finds the others busy and sets up
-        there, past the p99 target (``bench_service``). ``budgeter serve`` does this once, after
-        ``settle``; a call that comes in meanwhile waits for a worker."""
+    def start_workers(self) -> None:
+        """Start every RPC worker now, each set up to count before it takes a call (why:
+        ``sessions/workers.py``). ``budgeter serve`` does this once, after ``settle``."""
         if self.pool is not None:
-            start_all(self.pool, self.workers, timeout)
-
-    def wait(self) -> None:
-        self.grpc_server.wait_for_termination()
+            start_all(self.pool, self.workers)
 
 
 LIVENESS = "liveness"
@@ -127,13 +122,7 @@ def create_server(settings: Settings, *, store: SessionStore | None = None, read
 
 
 def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], Any]], ready: bool) -> Server:
-    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
-                        formats=settings.chat_formats)
-    for name in {settings.default_tokenizer, *settings.preload}:
-        tokenizers.counter(name)  # load now, so the first request is not the slow one
-    limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
-                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
-    sessions = Sessions(store, tokenizers, limits=limits)
+    sessions = from_settings(settings, store)
     metrics = Metrics()
     metrics.watch_store(store)
     options = [("grpc.max_receive_message_length", settings.max_request_bytes),

@@ -6,7 +6,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -27,13 +27,13 @@ R = TypeVar("R")
 access = logging.getLogger("budgeter.rpc")
 
 
+@dataclass(frozen=True, slots=True)
 class Malformed:
     """A request whose bytes do not parse as its message type (kept to answer INVALID_ARGUMENT
     instead of grpc's own INTERNAL for a failed deserializer)."""
 
-    def __init__(self, type_name: str, error: Exception) -> None:
-        self.type_name = type_name
-        self.error = error
+    type_name: str
+    error: Exception
 
 
 def lenient(cls: Any) -> Callable[[bytes], Any]:

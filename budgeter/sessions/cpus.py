@@ -1,13 +1,9 @@
 """Pinning a server process to CPUs (``Settings.cpus``, ``--cpus``).
 
-A replica's turn touches the same few megabytes every time (the interpreter's hot code, the
-compiled chat template, the tokenizer's tables, the session's history), and on a machine busy
-with other replicas, Redis and the agents, it runs twice as fast with them in its caches as
-without (``bench_turns --cold``). The scheduler moves a process between cores as they free up;
-pinned, each replica keeps to one core and finds its own data in that core's caches. Like Redis's
-``server_cpulist`` or nginx's ``worker_cpu_affinity``, this is an operator's choice: a pinned
-replica cannot borrow an idle core when its own is busy, so give each replica its own core and
-spread sessions evenly (``deploy/OPERATIONS.md``).
+A replica's turn touches the same few megabytes every time and runs faster with them in its
+core's caches (``bench_turns --cold``); pinned, a replica keeps to one core. Like nginx's
+``worker_cpu_affinity``, an operator's choice: a pinned replica cannot borrow an idle core, so give
+each its own (``deploy/OPERATIONS.md``).
 """
 
 from __future__ import annotations

@@ -11,10 +11,8 @@ estimated to hold (``limit_bytes``); least recently used sessions go first, and 
 loaded from the store again at its next use. The session used last is never evicted, so a
 session larger than the whole bound still works: it is evicted once another one is used.
 
-The process-wide memos that hold message text (``core/memo.py``: the counter's template dicts and
-costs, piece counts, the template adapter's rewrites and walks, wire conversions) keep an evicted
-session's messages until they turn over, so their budget follows the same bound: each may hold
-``memo_chars(limit_bytes)`` characters, set when a replica is made.
+The process-wide memos that hold message text (``core/memo.py``) keep an evicted session's messages
+until they turn over, so their budget follows the same bound (``memo_chars``).
 """
 
 from __future__ import annotations
@@ -36,12 +34,8 @@ from budgeter.store.base import SessionRecord, SessionStore, chain
 
 BYTES_PER_CHAR = 8
 BYTES_PER_MESSAGE = 600
-"""A session's engine state, estimated from its history's text characters and messages: the
-messages and their template dicts with parsed arguments, facts, per-message caches, the previous
-render and plan, the payloads and links its builds made, and the copies the process-wide memos
-hold while they last. Fitted to what ``tests/bench/bench_memory.py --calibrate`` measures with
-tracemalloc (the memory a session frees when it is evicted and those memos turn over) for a
-2M-character coding session and a chat of short messages, then rounded up."""
+"""A session's engine state, estimated from its history's text characters and messages, fitted
+to what ``tests/bench/bench_memory.py --calibrate`` measures and rounded up."""
 
 
 MEMO_SHARE = 32
@@ -50,11 +44,8 @@ MIN_MEMO_CHARS = 1 << 20
 
 def memo_chars(live_bytes: int) -> int:
     """Each process-wide memo's budget in characters for a replica bounded at ``live_bytes``: a
-    32nd of it (32M characters at the default 1 GiB, room for a dozen 2M-character sessions'
-    text in each memo), and at least 1M. The memos are 5 process-wide plus up to 10 per template
-    profile loaded (``deploy/OPERATIONS.md`` lists them); they hold mostly the same recent messages, which
-    the cached sessions hold too, so what they keep alive past eviction is far less than their
-    summed budgets (``tests/bench/bench_memory.py`` measures it)."""
+    32nd of it, and at least 1M. The memos mostly hold the messages the cached sessions hold too,
+    so they keep far less alive than their summed budgets (``bench_memory``)."""
     return max(MIN_MEMO_CHARS, live_bytes // MEMO_SHARE)
 
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.counting import Adaptation, adaptations, sent
@@ -53,6 +53,9 @@ from budgeter.sessions.model import (
 from budgeter.sessions.replica import Live, Replica
 from budgeter.sessions.tokenizers import Tokenizers
 from budgeter.store.base import AppendOutcome, SessionRecord, SessionStore, StaleIncarnation, check_session_id
+
+if TYPE_CHECKING:
+    from budgeter.settings import Settings
 
 __all__ = ["TENANT", "AppendResult", "CountResult", "Limits", "Line", "SessionConfig", "SessionInfo", "Sessions",
            "external_id", "session_id_of"]
@@ -349,6 +352,18 @@ class Sessions:
         """The session's engine state, caught up with the store (for the guard rails)."""
         return self.replica.sync(session_id_of(name))
 
+
+
+def from_settings(settings: Settings, store: SessionStore) -> Sessions:
+    """The session layer of ``budgeter serve`` and ``budgeter proxy`` over ``store``, with the default
+    and preloaded profiles loaded now, so that the first request is not the slow one."""
+    tokenizers = Tokenizers(settings.tokenizers, default=settings.default_tokenizer,
+                            formats=settings.chat_formats)
+    for name in {settings.default_tokenizer, *settings.preload}:
+        tokenizers.counter(name)
+    limits = Limits(settings.max_message_bytes, settings.max_messages_per_append,
+                    settings.max_sessions, settings.live_sessions, settings.live_bytes)
+    return Sessions(store, tokenizers, limits=limits)
 
 
 def _at(live: Live, etag: str) -> bool:

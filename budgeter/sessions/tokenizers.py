@@ -73,18 +73,15 @@ _WARM_TOOL = {"type": "function", "function": {"name": "zqwarm", "description": 
 
 
 YOUNG = 10_000
-"""Allocations between two collections of the youngest generation, in a server process: at
-Python's 700, a turn's temporaries are promoted and full collections, each walking every
-session's history, cost a loaded replica a share of its CPU (``bench_load``)."""
+"""Allocations between two collections of the youngest generation in a server process: at Python's
+700, full collections walking every session's history cost a loaded replica CPU (``bench_load``)."""
 
 
 def settle(tokenizers: Tokenizers, names: Iterable[str]) -> None:
     """For a server process, once at start: do what the first turns would do for the first time
-    (load each profile, render and count a small conversation with a tool call, import and use
-    the JSON Schema validator), then move every object alive now out of the garbage collector's
-    generations (``gc.freeze``), so that a full collection walks only what sessions hold and is
-    not a turn's p99 (``bench_service``). Young objects are collected after ``YOUNG``
-    allocations instead of Python's 700."""
+    (load, render and count each profile, use the JSON Schema validator), then ``gc.freeze``
+    what is alive now, so that a full collection walks only what sessions hold and is not a
+    turn's p99 (``bench_service``); young objects are collected after ``YOUNG`` allocations."""
     call = ToolCall("zqc", "zqwarm", '{"path": "a"}')
     warm = [Message("system", "s"), Message("user", "u"), Message("assistant", "", tool_calls=(call,)),
             Message("tool", "ok", tool_call_id="zqc")]

@@ -1,11 +1,9 @@
 """Worker threads set up to count before they take work: the gRPC server's RPC workers and the
 proxy's pool for blocking work (store, tokenizer).
 
-A thread's first count with a fastokens tokenizer sets up its per-thread state, and a turn that
-paid for it in a thread started at a busy moment put profiles counted by fastokens past the p99
-target (``bench_service``): ``counting_pool`` sets every thread up as it starts and
-``start_all`` starts them all before the server serves. Profiles counted by tiktoken (the
-default) have no such state, so their threads cost no memory for it.
+A thread's first count with a fastokens tokenizer sets up per-thread state, which a turn must
+not pay for (``bench_service``): ``counting_pool`` sets every thread up as it starts and
+``start_all`` starts them all before the server serves.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ def counting_pool(workers: int, name: str) -> futures.ThreadPoolExecutor:
 def start_all(pool: futures.Executor, workers: int, timeout: float = 60.0) -> None:
     """Start all ``workers`` threads of ``pool`` now (each holds its thread until every one has
     started, so the pool cannot hand two of them to one idle thread)."""
-    if workers <= 0:
-        return
     gate = threading.Barrier(workers)
 
     def hold() -> None:

@@ -17,8 +17,7 @@ from budgeter.tokenizers.twin import _byte_alphabet, state, twin
 
 def _alternation(tokens: Iterable[str]) -> str:
     """A regex matching the longest of ``tokens`` at a position, as a character trie: Python's
-    ``re`` tries a flat alternation one branch at a time, which with Gemma's 6,384 added tokens
-    puts a turn over its target (``bench_service``)."""
+    ``re`` tries a flat alternation one branch at a time, too slow for thousands (``bench_service``)."""
     trie: dict[str, dict] = {}
     for token in set(tokens):
         if token:

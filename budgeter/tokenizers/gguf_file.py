@@ -22,10 +22,8 @@ _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # llama.cpp's own rewrite of Tekken's split (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_TEKKEN), not the
 # tokenizer.json's: its regex engine has no \p{Lu}/\p{Ll}, so "upper" is a letter other than a-z and
-# "lower" a letter other than A-Z, and combining marks are not letters. Non-ASCII text splits
-# differently from mistral-common's and transformers' Tekken: a vowel sign breaks a Devanagari or
-# Telugu word apart (a Hindi sentence: 24 tokens on llama-server, 16 in mistral-common), and
-# budgeter counts it as the server does.
+# "lower" a letter other than A-Z, and combining marks are not letters, so non-ASCII text splits
+# differently from mistral-common's Tekken; budgeter counts it as the server does.
 _TEKKEN = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
            r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")

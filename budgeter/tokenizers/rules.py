@@ -18,16 +18,11 @@ every later turn, or that every request can be rendered. ``detect`` probes a tem
   (pinned system text, one message costed alone) gets an empty user turn, a few tokens over.
 - **reads ``thinking``**, not ``reasoning_content`` (gpt-oss, LFM2): llama.cpp copies the reasoning
   there before rendering; so does budgeter.
-- **nine-character call ids** (Mistral Nemo's published template: "Tool call IDs should be
-  alphanumeric strings with length 9!"): OpenAI-style ids (``call_...``, and the 32-character ones
-  llama-server itself hands out) make it raise, so the server refuses every request that holds a
-  call. Ids are mapped to 9 alphanumeric characters (the mapping mistral-common's profile uses, the
-  same id always to the same one), counted and sent so; without it the calls could only be sent as
-  text, in a format the model was not trained on.
-- **an answer before the user speaks again** (the same template: its check of alternating roles
-  skips calls and results, so a user turn right after tool results, as when the user interrupts an
-  agent, raises): an empty assistant message is put there, counted and sent (Nemo renders it as
-  ``</s>``, one token).
+- **nine-character call ids** (Mistral Nemo's published template): other ids make it raise, so
+  the server refuses every request that holds a call. Ids are mapped to 9 alphanumeric characters
+  (as mistral-common's profile maps them), counted and sent so.
+- **an answer before the user speaks again** (the same template raises on a user turn right after
+  tool results): an empty assistant message is put there, counted and sent.
 
 ``apply`` wraps a format so the rewrites happen before rendering; ``Rules.notes`` is what the report
 says about them.

@@ -1,14 +1,11 @@
 """What an inference server adds to a chat template's context, so a count matches its render.
 
 The same published template renders different prompts on different servers, because servers pass
-their own variables. llama.cpp (b11434, ``--jinja``) turns on ``preserve_reasoning`` by default
-(``--no-reasoning-preserve`` turns it off) and then sets ``preserve_thinking``,
-``clear_thinking``, ``truncate_history_thinking`` and ``drop_thinking`` to match, plus
-``enable_thinking``, and today's date as ``date_string`` and ``datetime`` (Llama 3.1's template
-prints it). With the Qwen3.6 template every earlier assistant turn keeps its ``<think>`` block.
-vLLM and transformers pass none of these: the same template drops the reasoning of turns before
-the last user query. A profile names its server as ``SPEC@SERVER`` (``qwen3.6@vllm``); the
-default is llama.cpp, the server local agents run.
+their own variables: llama.cpp (b11434, ``--jinja``) the reasoning switches of ``_LLAMA_CPP``
+(``preserve_reasoning`` is on by default) and today's date (``DYNAMIC``), so that the Qwen3.6
+template keeps every earlier turn's ``<think>`` block there; vLLM and transformers pass none, and
+it drops the reasoning before the last user query. A profile names its server as ``SPEC@SERVER``
+(``qwen3.6@vllm``); the default is llama.cpp, the server local agents run.
 """
 
 from __future__ import annotations
@@ -34,10 +31,8 @@ SERVERS: dict[str, Mapping[str, Any]] = {
 }
 
 NORMALIZES = {"llama.cpp": False, "vllm": True, "transformers": True}
-"""Whether the server applies a ``tokenizer.json``'s NFC normalizer. llama.cpp's tokenizers apply no
-Unicode normalization (b11434: U+F945, a CJK compatibility ideograph a random Qwen3 model wrote,
-is one token on llama-server and two after NFC, as transformers tokenizes it); vLLM and
-transformers run the Hugging Face tokenizer, normalizer included."""
+"""Whether the server applies a ``tokenizer.json``'s NFC normalizer: llama.cpp's tokenizers apply no
+Unicode normalization (b11434); vLLM and transformers run the Hugging Face tokenizer's."""
 
 PROMOTES = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server matches as one token the ordinary vocabulary entries that llama.cpp's loader
@@ -46,17 +41,14 @@ makes special by their text (``promoted.py``: ``</s>`` in the Qwen2.5/Qwen3 voca
 PREFILLS = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server takes a conversation that ends with an assistant message as a prefill of that
 message (no new assistant turn). llama.cpp's server does (b11434, ``prefill_assistant`` on by
-default: ``[user "hi", assistant "Done."]`` is 15 prompt tokens on Qwen3.6, not 22); vLLM and
-transformers open a new turn unless the request sets ``continue_final_message`` (their default
-``add_generation_prompt`` is true)."""
+default); vLLM and transformers open a new turn unless the request sets ``continue_final_message``."""
 
 REBUILDS_TOOLS = {"llama.cpp": True, "vllm": False, "transformers": False}
 """Whether the server rebuilds each tool before the template sees it. llama.cpp's does (b11434,
 ``common_chat_tools_parse_oaicompat`` then ``common_chat_tools_to_json_oaicompat``): every function
 tool becomes ``{"type", "function": {"name", "description", "parameters"}}`` in that order, a missing
 description ``""``, missing parameters ``{}``, other keys (``strict``) dropped; the parameters are
-kept as sent. Measured on llama-server: a tool without a description was 4 tokens more there than
-as sent, one with ``strict`` 5 fewer (``tests/tokenizers/test_llamacpp_ground_truth.py``)."""
+kept as sent (``tests/tokenizers/test_llamacpp_ground_truth.py``)."""
 
 DESCRIPTIONS = {
     "llama.cpp": "llama.cpp server --jinja (b11434 defaults: reasoning preserved in every turn)",
@@ -79,22 +71,6 @@ def check(server: str | None) -> str:
     if server not in SERVERS:
         raise InvalidTokenizerSpec(f"unknown server {server!r}; known: {', '.join(SERVERS)}", field="server")
     return server
-
-
-def normalizes(server: str) -> bool:
-    return NORMALIZES[server]
-
-
-def promotes(server: str) -> bool:
-    return PROMOTES[server]
-
-
-def prefills(server: str) -> bool:
-    return PREFILLS[server]
-
-
-def rebuilds_tools(server: str) -> bool:
-    return REBUILDS_TOOLS[server]
 
 
 def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -16,9 +16,9 @@ from budgeter.core.guards import validate_tool_call
 from budgeter.core.jsonargs import classify_arguments, dumps_text
 from budgeter.core.messages import ToolCall, from_openai_list
 from budgeter.errors import BudgeterError
-from budgeter.service.errors import error_info
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+from budgeter.wire import error_info
 
 EXAMPLES = int(os.environ.get("BUDGETER_FUZZ_EXAMPLES", "60"))
 """Examples per fuzz test; a long run: BUDGETER_FUZZ_EXAMPLES=2000 python -m pytest tests/fuzz."""

@@ -38,9 +38,9 @@ from google.protobuf.duration_pb2 import Duration
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from budgeter.service.errors import error_info
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+from budgeter.wire import error_info
 from tests.fuzz import mutations as mu
 from tests.proxy.upstream import Running, Script, Upstream
 

@@ -11,12 +11,12 @@ import pytest
 
 from budgeter.client import Client, ClientError
 from budgeter.core.messages import from_openai_list
-from budgeter.service.errors import error_info
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import resolve
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
+from budgeter.wire import error_info
 from tests.service.agent import TOOLS, turns
 from tests.service.conftest import settings
 

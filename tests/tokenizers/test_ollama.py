@@ -51,9 +51,9 @@ def models(tmp_path_factory, tiny_bpe_path):
     _install(root, "tiny:latest", gguf, template=CHATML_GO, system="You are a helpful assistant.")
     _install(root, "someone/tiny-llama2:q4", gguf, template=LLAMA2_GO)
     _install(root, "example.com/ns/bare:v1", gguf, template=None)
-    ollama.set_models_dir(root)
-    yield root, gguf
-    ollama.set_models_dir(None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OLLAMA_MODELS", str(root))
+        yield root, gguf
 
 
 def test_name_parsing():
@@ -91,7 +91,6 @@ def test_unknown_model_lists_what_is_installed(models):
 
 
 def test_models_dir_follows_ollama_models(monkeypatch, tmp_path):
-    monkeypatch.setattr(ollama, "_models_dir", None)
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path))
     assert ollama.models_dir() == tmp_path
     monkeypatch.delenv("OLLAMA_MODELS")
