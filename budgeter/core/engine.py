@@ -123,11 +123,12 @@ class Engine:
     def facts(self) -> list[Facts]:
         return self.log.facts
 
-    def append(self, messages: Sequence[Message]) -> list[AppendInfo]:
+    def append(self, messages: Sequence[Message], facts: Sequence[Facts] | None = None) -> list[AppendInfo]:
+        """``facts``: what ``log.preview(messages)`` gave, when the caller has it."""
         out = []
-        for m in messages:
-            facts = self.log.append(m)
-            out.append(AppendInfo(len(self.log) - 1, self.counter.message_cost(m), facts))
+        for k, m in enumerate(messages):
+            facts_ = self.log.append(m, facts[k] if facts is not None else None)
+            out.append(AppendInfo(len(self.log) - 1, self.counter.message_cost(m), facts_))
         return out
 
     def supersede(self, path: str, *, at: int | None = None) -> None:

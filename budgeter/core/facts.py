@@ -170,9 +170,9 @@ class History:
         """Failed calls whose result the model has not answered yet (no assistant message after it)."""
         return frozenset(ref for _, ref in self._unanswered)
 
-    def append(self, m: Message) -> Facts:
-        """Record ``m``."""
-        facts = self.facts_for(m)
+    def append(self, m: Message, facts: Facts | None = None) -> Facts:
+        """Record ``m``; ``facts``: what ``preview`` gave for it, to skip computing them again."""
+        facts = facts if facts is not None else self.facts_for(m)
         index = len(self.messages)
         self.messages.append(m)
         self.facts.append(facts)

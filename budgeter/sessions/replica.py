@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from budgeter.core import memo as memos
 from budgeter.core.engine import Engine
+from budgeter.core.facts import Facts
 from budgeter.core.messages import Message, from_openai
 from budgeter.errors import EtagMismatch, SessionNotFound
 from budgeter.sessions.model import SessionInfo, StoredMessage
@@ -174,18 +175,19 @@ class Replica:
             _, old = self._live.popitem(last=False)
             self.used -= old.size
 
-    def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message], *,
-                events: int = -1, digests: tuple[str, str] = ("", "")) -> bool:
+    def written(self, live: Live, first_index: int, version: int, messages: Sequence[Message],
+                facts: Sequence[Facts] | None, *, events: int = -1, digests: tuple[str, str] = ("", "")) -> bool:
         """Write-through: messages this replica just appended at ``first_index`` go to the live
-        engine, so the next request reads nothing back from the store. When another writer came
-        between, the next sync reads the records instead. ``events``: the session's
+        engine with the facts already computed, so the next request reads nothing back from the
+        store. When another writer came between, the next sync reads the records instead; facts
+        previewed against another history length are computed again. ``events``: the session's
         event count the append saw; events this engine has not applied are read now. ``digests``:
         the store's digest before and after the batch; written only onto this engine's own
         history. True when written."""
         with live.lock:
             if live.version != first_index or live.digest != digests[0]:
                 return False
-            live.engine.append(messages)
+            live.engine.append(messages, facts)
             self._grow(live, messages)
             live.version, live.digest = version, digests[1]
             if events >= 0:

@@ -171,6 +171,7 @@ class Sessions:
         made: list[tuple[int, tuple[CallInfo, ...], str | None]] = []
         with live.lock:
             facts = live.engine.log.preview(messages)
+            previewed_at = len(live.engine.log)
             seen, seen_digest = live.version, live.digest
         with self.tokenizers.lock(cfg.tokenizer):
             for m, text, f in zip(messages, texts, facts, strict=True):
@@ -193,7 +194,7 @@ class Sessions:
             outcome = store_append(fingerprint([dumps_text(loads(t)).encode() for t in texts]))
         current = not outcome.replayed and self.replica.written(
             live, outcome.first_index, outcome.version, messages,
-            events=outcome.events,
+            facts if previewed_at == outcome.first_index else None, events=outcome.events,
             digests=(outcome.digest_before, outcome.digest))
         if outcome.replayed:  # what the first append answered, as stored
             made = [(cost, tuple(CallInfo.from_list(c) for c in calls), result)
