@@ -193,6 +193,14 @@ class Settings(BaseSettings):
     def store_url(self) -> str:
         return self.store or f"sqlite://{self.data_dir / 'budgeter.db'}"
 
+    def store_options(self) -> dict[str, Any]:
+        """``open_store``'s options for ``store_url``, the same for every front door."""
+        opts: dict[str, Any] = {"idempotency_ttl": self.idempotency_ttl}
+        if self.store_url.startswith(("redis", "unix://")):
+            opts.update(prefix=self.redis_prefix, durability=self.durability,
+                        durability_replicas=self.durability_replicas, durability_timeout=self.durability_timeout)
+        return opts
+
     @property
     def store_shown(self) -> str:
         """``store_url`` without its password, for logs and messages."""

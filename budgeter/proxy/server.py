@@ -30,10 +30,7 @@ log = logging.getLogger("budgeter.proxy")
 
 def open_sessions(settings: Settings) -> Sessions:
     """The same session layer and store as ``budgeter serve`` (so both can share one store)."""
-    options: dict[str, object] = {"idempotency_ttl": settings.idempotency_ttl}
-    if settings.store_url.startswith(("redis", "unix://")):
-        options["prefix"] = settings.redis_prefix
-    return from_settings(settings, open_store(settings.store_url, **options))
+    return from_settings(settings, open_store(settings.store_url, **settings.store_options()))
 
 
 class _Server(uvicorn.Server):

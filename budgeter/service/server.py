@@ -156,7 +156,7 @@ def _assemble(settings: Settings, store: SessionStore, undo: list[Callable[[], A
 
 def _open_store(settings: Settings) -> SessionStore:
     try:
-        return open_store(settings.store_url, **_store_options(settings))
+        return open_store(settings.store_url, **settings.store_options())
     except BudgeterError:
         raise
     except Exception as exc:  # e.g. a Redis Cluster that cannot be reached to learn its slots
@@ -235,15 +235,6 @@ def _tls(settings: Settings) -> grpc.ServerCredentials | None:
     except OSError as exc:
         raise InvalidInput(f"cannot read a TLS file: {exc}", field="tls_cert") from exc
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
-
-
-def _store_options(settings: Settings) -> dict[str, Any]:
-    opts: dict[str, Any] = {"idempotency_ttl": settings.idempotency_ttl}
-    if settings.store_url.startswith(("redis", "unix://")):
-        opts.update(prefix=settings.redis_prefix, durability=settings.durability,
-                    durability_replicas=settings.durability_replicas,
-                    durability_timeout=settings.durability_timeout)
-    return opts
 
 
 def _serve_metrics(metrics: Metrics, settings: Settings) -> tuple[int, Any]:
