@@ -1,0 +1,183 @@
+"""Cold and flat: start-up to ready per command, and whole-process CPU per turn by history size.
+
+    python -m tests.bench.bench_flat [--sizes 10000 100000 1000000 2000000] [--turns 40]
+                                     [--only ready serve proxy]
+
+- **ready**: wall time from the command's start to its answer or readiness, a fresh process
+  each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file,
+  ``budgeter serve`` to SERVING, ``budgeter proxy`` to ``/health``, and ``budgeter render`` with
+  the Gemma 3 GGUF (its 262K-token vocabulary) when the package that holds it is installed.
+- **serve**: a real ``budgeter serve`` per (store, size), default tokenizer, one-call turns
+  (``prompt(append=..., since=previous)``) over the last ``--turns`` turns of a held-out session
+  of each size, their turns interleaved. Per turn, the server process's CPU, every thread
+  (``/proc/PID/task/*/schedstat``, nanoseconds), read around the call: p50 / p90, and the p50's
+  ratio to the 100K session's.
+- **proxy**: ``budgeter proxy`` (SQLite) in front of a scripted upstream, each turn sending the
+  whole history as an OpenAI client does; overhead = the request through the proxy minus the same
+  request straight to the upstream, and the proxy process's CPU per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from budgeter.client import Client
+from tests.bench.bench_load import cpu_seconds, gauge
+from tests.bench.bench_service import pct, turns
+from tests.bench.peers import session
+from tests.service.procs import ServerProcess
+
+SERVE = ("--log-level", "warning")
+
+
+def row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def serve_growth(sizes: list[int], k: int) -> None:
+    bodies = {c: session(200 + i, c) for i, c in enumerate(sizes)}
+    print(f"\n### Through `budgeter serve`: whole-process CPU per one-call turn, last {k} turns\n")
+    print(row(["store", "history chars", "messages", "CPU p50", "CPU p90", "client p50", "p50 vs 100K"]))
+    print(row(["---"] * 7))
+    for store in ("memory", "sqlite"):
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+            sides: dict[int, tuple[ServerProcess, Client]] = {}
+            for c in sizes:
+                where = ("--store", "memory://") if store == "memory" else ("--data-dir", f"{tmp}/{c}")
+                server = ServerProcess(*where, *SERVE).start()
+                stack.callback(server.stop)
+                client = Client(server.target, timeout=600)
+                stack.callback(client.close)
+                sides[c] = (server, client)
+            cpu, wall = _interleave(sides, bodies, k)
+        base = statistics.median(cpu[100_000]) if 100_000 in cpu else None
+        for c in sizes:
+            p50 = statistics.median(cpu[c])
+            ratio = f"{p50 / base:.2f}x" if base else "-"
+            print(row([store, f"{c:,}", len(bodies[c]["messages"]), f"{p50:.2f} ms", f"{pct(cpu[c], 0.9):.2f} ms",
+                       f"{statistics.median(wall[c]):.2f} ms", ratio]))
+
+
+def _interleave(sides: dict[int, tuple[ServerProcess, Client]], bodies: dict[int, dict[str, Any]], k: int
+                ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    live = {}
+    for c, (_, client) in sides.items():
+        ts = list(turns(bodies[c]["messages"]))
+        s = client.create_session(tools=bodies[c]["tools"])
+        prompt = None
+        n = min(k, len(ts) - 1)  # a small session has fewer turns: all but its first
+        for t in ts[:-n]:
+            prompt = s.prompt(append=t, since=prompt)
+        live[c] = [s, prompt, ts[-n:]]
+    cpu: dict[int, list[float]] = {c: [] for c in sides}
+    wall: dict[int, list[float]] = {c: [] for c in sides}
+    for i in range(k):
+        for c, (server, _) in sides.items():
+            s, prompt, rest = live[c]
+            if i >= len(rest):
+                continue
+            pid = server.proc.pid  # type: ignore[union-attr]
+            c0, t0 = cpu_seconds(pid), time.perf_counter()
+            live[c][1] = s.prompt(append=rest[i], since=prompt)
+            wall[c].append((time.perf_counter() - t0) * 1000)
+            cpu[c].append((cpu_seconds(pid) - c0) * 1000)
+    return cpu, wall
+
+
+def ready(repeat: int) -> None:
+    from tests.bench.bench_proxy import free_port, start
+
+    print(f"\n### Start-up to ready, a fresh process each time (best / median of {repeat})\n")
+    print(row(["command", "best", "median"]))
+    print(row(["---"] * 3))
+    up_port = free_port()
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(up.wait)
+        stack.callback(up.terminate)
+        one = Path(tmp) / "one.json"
+        one.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}))
+        cmds: dict[str, Any] = {
+            "`budgeter trim one.json`": lambda: _run(["trim", str(one)]),
+            "`budgeter serve` to SERVING": lambda: _until_serving(),
+            "`budgeter proxy` to /health": lambda: _until_health(free_port(), upstream),
+        }
+        gguf = _gemma_gguf()
+        if gguf is not None:
+            cmds[f"`budgeter render --tokenizer {gguf.name}`"] = lambda: _run(
+                ["render", str(one), "--tokenizer", str(gguf), "--chat-format", "gemma3"])
+        for name, fn in cmds.items():
+            times = [fn() for _ in range(repeat)]
+            print(row([name, f"{min(times):.2f} s", f"{statistics.median(times):.2f} s"]))
+
+
+def _run(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "budgeter", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def _until_serving() -> float:
+    t0 = time.perf_counter()
+    server = ServerProcess("--store", "memory://", *SERVE).start()
+    took = time.perf_counter() - t0
+    server.stop()
+    return took
+
+
+def _until_health(port: int, upstream: str) -> float:
+    import httpx
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream,
+                             "--port", str(port), "--store", "memory://", "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("budgeter proxy exited")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    return time.perf_counter() - t0
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def _gemma_gguf() -> Path | None:
+    from tests.proxy.gemma import gemma_model
+
+    return gemma_model()[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 2_000_000])
+    ap.add_argument("--turns", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", nargs="+", default=["ready", "serve", "proxy"])
+    a = ap.parse_args(argv)
+    print(" ".join(["    python -m tests.bench.bench_flat", *argv]))
+    print(f"\nMachine: {os.cpu_count()} cores; sum(range(10**7)) in {gauge():.3f} s before the run.")
+    if "ready" in a.only:
+        ready(a.repeat)
+    if "serve" in a.only:
+        serve_growth(a.sizes, a.turns)
+
+
+if __name__ == "__main__":
+    main()
