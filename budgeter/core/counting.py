@@ -297,8 +297,18 @@ class TemplateCounter:
         return d
 
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
+                 memo: incremental.RenderMemo | None = None,
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
-        dicts = [self._template_dict(m) for m in messages]
+        """The messages as the template takes them. With a session's ``memo``, the messages its
+        previous render shared (by identity) keep their dicts without a lookup each, so that a
+        build's walk in Python covers only the new messages (``bench_flat``'s growth with history)."""
+        if memo is None:
+            dicts = [self._template_dict(m) for m in messages]
+        else:
+            given, held = memo.given
+            shared = same_objects(given, messages)
+            dicts = held[:shared] + [self._template_dict(m) for m in messages[shared:]]
+            memo.given = (list(messages), dicts)
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
@@ -380,7 +390,7 @@ class TemplateCounter:
         if memo is None:
             text = self.render(messages, tools)
             return self.pieces.count(text), text
-        dicts, schemas = self._adapted(messages, tools)
+        dicts, schemas = self._adapted(messages, tools, memo)
         listed = list(schemas) or None
         if self.prefill and prefilled(dicts):
             text = self._prefilled(dicts, listed)

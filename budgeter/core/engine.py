@@ -102,7 +102,7 @@ class Engine:
         self._settled = False
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
-        self._received_memo = RenderMemo()
+        self._received_memo = RenderMemo(tail=True)
         """The previous render of the history as received (``tokens_before``)."""
 
     def payload(self, handle: str) -> str:

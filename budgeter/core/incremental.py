@@ -44,6 +44,9 @@ turn (a failure there answered and collapsed) has no start before it and renders
 KEEP = 64
 """Anchors kept at or before a window's start (a change some turns back still finds one), so that
 the list stays short in a long session that never compacts."""
+TAIL_KEEP = 4
+"""Anchors a ``tail`` memo keeps: the history as received only grows at its end, so windows start
+near it, and the text before the oldest anchor kept is let go."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
@@ -58,6 +61,7 @@ class RenderMemo:
     dicts: Dicts = field(default_factory=list)
     tools: Sequence[Mapping[str, Any]] = ()
     text: str = ""
+    """The render's text from ``base`` on (anchors are positions in the whole text)."""
     total: int = 0
     anchors: dict[int, int] = field(default_factory=dict)
     builds: int = 0
@@ -66,6 +70,16 @@ class RenderMemo:
     head: Dicts = field(default_factory=list)
     head_text: str | None = None
     """The last head and its render: heads rarely change between turns."""
+    tail: bool = False
+    """Keep only the text from the oldest anchor kept on (``base``): for a render whose count alone
+    is wanted (a session's history as received), so that a build neither copies nor holds text
+    that no window can reach (``bench_flat``'s growth with history)."""
+    base: int = 0
+    reasoned: tuple[int, int] = (0, -1)
+    """How many of ``dicts`` were looked at for reasoning, and the first that holds some (-1: none)."""
+    given: tuple[list[Any], Dicts] = ([], [])
+    """The messages of the previous render and their template dicts, before any rewrite
+    (``TemplateCounter._adapted``)."""
     pending: bool = False
     """A full render's anchors are still to be found: by the next build that looks for them, not
     by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
@@ -150,12 +164,12 @@ def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, rende
     if gen is None or not memo.text.endswith(gen):
         return
     stop = len(memo.text) - len(gen)
-    memo.anchors[end] = stop
+    memo.anchors[end] = memo.base + stop
     found = 0
     for at in _starts(dicts, end):
         tail = _tail_text(render, memo, _head(dicts, at), dicts[at:end], False)
-        if tail is not None and memo.text.endswith(tail, 0, stop):  # no copy of the prompt
-            memo.anchors[at] = stop - len(tail)
+        if tail is not None and len(tail) <= stop and memo.text.endswith(tail, 0, stop):  # no copy of the prompt
+            memo.anchors[at] = memo.base + stop - len(tail)
             found += 1
             if found == ANCHORS_AFTER_FULL:
                 return
@@ -172,20 +186,23 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         memo.head_text = None
     got = _windowed(state, memo, dicts, tools, render_fn, count, start) if worth and memo.stamp == stamp else None
     memo.builds += 1
+    base = 0
     if got is not None:
         state.windowed += 1
-        total, text, anchors = got
+        total, text, anchors, base = got
         if memo.builds % state.audit_every == 0:
             full = render_fn(dicts, True)
-            if full != text or count(full) != total:
+            if full[base:] != text or count(full) != total:
                 state.off = "a windowed render differed from the full render: full renders from now on"
                 log.warning("budgeter: %s", state.off)
                 got = None
     if got is None:
         state.full += 1
         text = render_fn(dicts, True)
-        total, anchors = count(text), {}
+        total, anchors, base = count(text), {}, 0
+        memo.reasoned = (0, -1)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
+    memo.base = base
     memo.stamp = stamp
     memo.pending = got is None and worth
     return total, text
@@ -202,13 +219,15 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
     state.full += 1
     memo.pending = False
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
+    memo.base, memo.reasoned = 0, (0, -1)
     memo.stamp = stamp
     return total, text
 
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
-              ) -> tuple[int, str, dict[int, int]] | None:
+              ) -> tuple[int, str, dict[int, int], int] | None:
+    """(count, text from the returned base on, anchors, base), or None where no window is checked."""
     if memo.tools is not tools and memo.tools != tools:
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
@@ -225,20 +244,39 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     if not starts:
         return None
     at = max(starts)
-    if state.drops_reasoning and any(_reasoning(d) for d in dicts[:at]):
+    if state.drops_reasoning and _reasoning_before(memo, dicts, at, same):
         return None
     head = _head(dicts, at)
-    over = memo.text[memo.anchors[at]:memo.anchors[end]]
+    b = memo.base
+    over = memo.text[memo.anchors[at] - b:memo.anchors[end] - b]
     whole = _tail_text(render_fn, memo, head, dicts[at:], True)
     gen = state.gen_suffix(render_fn, head)
     if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
         return None
-    text = memo.text[:memo.anchors[at]] + whole
     same = memo.anchors[end]  # both texts agree up to here: count again only from its piece on
-    begin = start(memo.text, same)  # the same piece start in both texts
-    total = memo.total - count(memo.text[begin:]) + count(text[begin:])
-    anchors = {i: memo.anchors[i] for i in sorted(i for i in memo.anchors if i <= at)[-KEEP:]}
+    begin = b + start(memo.text, same - b)  # the same piece start in both texts (base is one too)
+    kept = sorted(i for i in memo.anchors if i <= at)[-(TAIL_KEEP if memo.tail else KEEP):]
+    cut = b
+    if memo.tail:  # from the piece holding the oldest anchor kept on: no window reaches before it
+        cut = min(b + start(memo.text, memo.anchors[kept[0]] - b), begin)
+    text = memo.text[cut - b:memo.anchors[at] - b] + whole
+    total = memo.total - count(memo.text[begin - b:]) + count(text[begin - cut:])
+    anchors = {i: memo.anchors[i] for i in kept}
     anchors[end] = same
-    anchors[len(dicts)] = len(text) - len(gen)
-    return total, text, anchors
+    anchors[len(dicts)] = cut + len(text) - len(gen)
+    return total, text, anchors, cut
 
+
+def _reasoning_before(memo: RenderMemo, dicts: Dicts, at: int, same: int) -> bool:
+    """Whether a message before ``at`` carries reasoning; the messages ``memo.dicts`` shares with
+    ``dicts`` are not looked at again (a walk over the history grew with it: ``bench_flat``)."""
+    looked, first = memo.reasoned
+    looked = min(looked, same)
+    if 0 <= first < looked:
+        return first < at
+    if at <= looked:
+        memo.reasoned = (looked, -1)
+        return False
+    found = next((i for i in range(looked, at) if _reasoning(dicts[i])), -1)
+    memo.reasoned = (at if found < 0 else found + 1, found)
+    return found >= 0

@@ -106,6 +106,11 @@ class IdentityMemo:
 LOOKBACK = 8
 """How far from a list's end the last item of the list it extends is looked for."""
 
+WAYS = 4
+"""Walks kept per last item: a session's prompt and its history as received end with the same
+message, and each build walks both (one way each, they would replace each other every build and
+walk the whole history again: ``bench_flat``'s growth with history)."""
+
 SHARED_START = 16
 """How many items a walk may hold and still be kept beside the walks that extend it."""
 
@@ -124,6 +129,8 @@ class Walks(Generic[W]):
     first messages converted once, so their first messages tell them apart less well.) The lists
     are kept with the walks, so an id stays its own while its walk is held.
 
+    Up to ``WAYS`` walks end with the same item; ``find`` takes the one sharing the most with the
+    list, of all those ending in its last ``LOOKBACK`` items.
     Held in a ``CharMemo`` of ``limit`` walks, against the summed ``size`` of the items of the
     lists held (characters of text). A walk kept for a list that
     extends all of the one ``find`` gave for it replaces that one (a conversation holds one walk,
@@ -132,31 +139,37 @@ class Walks(Generic[W]):
     (one agent's system prompt and first messages), each to extend it."""
 
     def __init__(self, limit: int = 1024, *, size: Callable[[Any], int]) -> None:
-        self._items: CharMemo[int, tuple[list[Any], W, int]] = CharMemo(limit)
+        self._items: CharMemo[tuple[int, int], tuple[list[Any], W, int]] = CharMemo(limit)
         self._size = size
-        self._found: tuple[Sequence[Any] | None, int, int] = (None, 0, 0)
+        self._found: tuple[Sequence[Any] | None, tuple[int, int], int] = (None, (0, 0), 0)
         """The list ``find`` was given last, the key of the walk it found, and their shared items."""
 
     def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
         """The walk of the list ``items`` extends, and how many first items the two share (by
         identity); ``(None, 0)`` if none is held."""
+        best: tuple[W, tuple[int, int], int] | None = None
         for item in reversed(items[-LOOKBACK:]):
-            hit = self._items.get(id(item))
-            if hit is not None:
-                inputs, walk, _ = hit
-                shared = same_objects(inputs, items)
-                self._found = (items, id(item), shared)
-                return walk, shared
-        self._found = (None, 0, 0)
-        return None, 0
+            for way in range(WAYS):
+                hit = self._items.get((id(item), way))
+                if hit is not None:
+                    shared = same_objects(hit[0], items)
+                    if best is None or shared > best[2]:
+                        best = (hit[1], (id(item), way), shared)
+        if best is None:
+            self._found = (None, (0, 0), 0)
+            return None, 0
+        self._found = (items, best[1], best[2])
+        return best[0], best[2]
 
     def keep(self, items: Sequence[Any], walk: W) -> None:
         size = self._superseded(items)
-        key = id(items[-1])
+        last = id(items[-1])
+        free = [w for w in range(WAYS) if (last, w) not in self._items]
+        key = (last, free[0] if free else WAYS - 1)  # all taken: the last way is given up
         self._drop(key)
         self._items.put(key, (list(items), walk, size), size)
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: tuple[int, int]) -> None:
         old = self._items.pop(key, None)
         if old is not None:
             self._items.chars -= old[2]
@@ -165,7 +178,7 @@ class Walks(Generic[W]):
         """The size of ``items``; the walk ``find`` gave for them, when they extend all of its
         list, is dropped (this one supersedes it) and its size is reused."""
         found, key, shared = self._found
-        self._found = (None, 0, 0)
+        self._found = (None, (0, 0), 0)
         if found is items:
             held = self._items.get(key)
             if held is not None and shared == len(held[0]):

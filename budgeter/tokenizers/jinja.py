@@ -15,6 +15,7 @@ and a ``namespace`` that refuses underscore-prefixed names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,8 @@ import jinja2.nodes
 import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from budgeter.core.memo import IdentityMemo
 
 
 class _Generation(jinja2.ext.Extension):
@@ -45,9 +48,23 @@ def raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
+_encoded = IdentityMemo(size=len)
+
+
 def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
            sort_keys: bool = False) -> str:
-    """Jinja's own ``tojson`` escapes HTML characters; transformers' (and inference servers') does not."""
+    """Jinja's own ``tojson`` escapes HTML characters; transformers' (and inference servers') does not.
+    A dict or list is encoded once per object: builds render the same tool schemas and parsed
+    arguments again and again (the templates' environment is immutable, and budgeter never changes
+    a message's template form once made: ``bench_flat``)."""
+    if isinstance(x, dict | list):
+        with contextlib.suppress(TypeError):  # (unhashable options: encoded each time)
+            return _encoded.get((x,), _dumps, x, ensure_ascii, indent, separators, sort_keys,
+                                key=(ensure_ascii, indent, separators, sort_keys))
+    return _dumps(x, ensure_ascii, indent, separators, sort_keys)
+
+
+def _dumps(x: Any, ensure_ascii: bool, indent: Any, separators: Any, sort_keys: bool) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

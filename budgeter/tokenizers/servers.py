@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from budgeter.core.memo import same_objects
 from budgeter.errors import InvalidTokenizerSpec
 from budgeter.tokenizers.rules import Wrapped
 
@@ -84,11 +85,12 @@ def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 class ServerTools(Wrapped):
     """A format whose tools are rebuilt as llama.cpp's server rebuilds them before rendering. The
-    same tools list comes on every build of a session: its rebuild is kept until another comes."""
+    same tools come on every build of a session (a new list of the same objects): their rebuild is
+    kept until others come, so that the template meets the same objects too."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
-        self._last: tuple[Any, Any] = (None, None)
+        self._last: tuple[Any, Any] = ((), ())
 
     def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
         return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
@@ -98,7 +100,7 @@ class ServerTools(Wrapped):
         if not tools:
             return tools
         given, rebuilt = self._last
-        if given is not tools:
+        if given is not tools and (len(given) != len(tools) or same_objects(given, tools) < len(tools)):
             rebuilt = [llama_cpp_tool(t) for t in tools]
             self._last = (tools, rebuilt)
         return rebuilt

@@ -52,14 +52,21 @@ def _replay(counter, turns: list[list[Message]], window: int) -> None:
     counter.windowed.audit_every = 10**9  # no audit: a wrong window must show here, not be repaired
     session = Engine(counter, policy=Policy(window=window, reserve=256), tools=TOOLS)
     previous = ""
+    received = session._received_memo
     for turn in turns:
         session.append(turn)
+        rendered = received.builds
         try:
             result = session.build()
         except PinnedOverBudget:  # the newest turns alone exceed a tiny window: nothing to compare
             return
         full, text = counter.count_rendered(list(result.messages), TOOLS)
         assert (result.tokens, session._memo.text) == (full, text)
+        if received.builds > rendered:  # the history as received, rendered with a memo that keeps its tail
+            whole, history_text = counter.count_rendered(list(session.history), TOOLS)
+            assert result.tokens_before == whole
+            assert received.base + len(received.text) == len(history_text)
+            assert history_text.endswith(received.text)
         # what a server can reuse equals a plain comparison
         reusable = full - counter.tokens_after(text, shared_prefix(previous, text)) if previous else 0
         assert result.cache_break_tokens == reusable
@@ -114,6 +121,10 @@ def test_most_turns_of_an_agent_session_render_only_a_window(counter):
             windowed += counter.windowed.windowed > before
         previous_plain = now_plain
     assert plain > 10 and windowed >= 0.8 * plain, (windowed, plain)
+    # the history's render keeps only the text a window can reach, not the whole history's
+    received = session._received_memo
+    if received.builds and result.compacted is False and received.base:
+        assert len(received.text) < len(counter.render(list(session.history), body["tools"])) / 2
 
 
 def test_a_full_render_leaves_finding_its_anchors_to_the_next_build():
