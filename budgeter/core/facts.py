@@ -151,6 +151,10 @@ class History:
     previous_call: dict[CallRef, CallRef] = field(default_factory=dict)
     """Call -> the call to the same tool before it (what "retried" and "same error" compare)."""
     _last_of_tool: dict[str, CallRef] = field(default_factory=dict)
+    _unresolved: dict[str, list[CallRef]] = field(default_factory=dict)
+    """Tool name -> its failed calls with arguments that no later success has resolved yet, in the
+    order recorded: what a success looks through (all failures, every success, grew with history:
+    ``bench_flat``)."""
     html_writes: list[int] = field(default_factory=list)
     collapsed: CharMemo[Any, Any] = field(default_factory=lambda: CharMemo(20_000))
     """Collapsed failures by the history's state for the call and the two items, so the failures
@@ -402,21 +406,26 @@ class History:
         self.owned_failures.append(ref)
         self.changed_failures.extend(run)
         same.append(ref)
+        if cf.value is not None:
+            self._unresolved.setdefault(cf.name, []).append(ref)
         if known:
             self.first_error.setdefault(cf.key, (ref[0], error))
 
     def _resolve(self, ref: CallRef, ok: CallFacts) -> None:
         """Earlier failures of this tool whose every non-empty argument the success repeats."""
         assert ok.value is not None
-        for refs in self.failures.values():
-            for failed in refs:
-                cf = self.call(failed)
-                if cf.name != ok.name or failed in self.resolved_by or cf.value is None or failed[0] >= ref[0]:
-                    continue
-                given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}
-                if given and all(ok.value.get(k) == v for k, v in given.items()):
-                    self.resolved_by[failed] = ref[0]
-                    self.changed_failures.append(failed)
+        refs = self._unresolved.get(ok.name)
+        if not refs:
+            return
+        for failed in refs:
+            cf = self.call(failed)
+            if failed[0] >= ref[0]:
+                continue
+            given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}  # type: ignore[union-attr]
+            if given and all(ok.value.get(k) == v for k, v in given.items()):
+                self.resolved_by[failed] = ref[0]
+                self.changed_failures.append(failed)
+        self._unresolved[ok.name] = [r for r in refs if r not in self.resolved_by]
 
 
 RETRY_PAYLOAD_CHARS = 256

@@ -148,13 +148,26 @@ class Walks(Generic[W]):
         """The walk of the list ``items`` extends, and how many first items the two share (by
         identity); ``(None, 0)`` if none is held."""
         best: tuple[W, tuple[int, int], int] | None = None
+        others = []
         for item in reversed(items[-LOOKBACK:]):
             for way in range(WAYS):
                 hit = self._items.get((id(item), way))
-                if hit is not None:
-                    shared = same_objects(hit[0], items)
-                    if best is None or shared > best[2]:
-                        best = (hit[1], (id(item), way), shared)
+                if hit is None:
+                    continue
+                inputs = hit[0]
+                n = len(inputs)
+                # a walk this list extends holds its last input where the list does: compared
+                # whole only then (the others share less; each compare walks the shared items)
+                if n <= len(items) and inputs[-1] is items[n - 1] and (best is None or n > best[2]):
+                    if same_objects(inputs, items) == n:
+                        best = (hit[1], (id(item), way), n)
+                        continue
+                others.append((hit, (id(item), way)))
+        if best is None:
+            for hit, key in others:
+                shared = same_objects(hit[0], items)
+                if best is None or shared > best[2]:
+                    best = (hit[1], key, shared)
         if best is None:
             self._found = (None, (0, 0), 0)
             return None, 0
