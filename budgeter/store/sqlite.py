@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS requests (
   first_index INTEGER NOT NULL, result TEXT NOT NULL, expires REAL NOT NULL,
   PRIMARY KEY (session_id, request_id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS requests_expires ON requests (expires);
 CREATE TABLE IF NOT EXISTS events (
   session_id TEXT NOT NULL, idx INTEGER NOT NULL, event TEXT NOT NULL,
   PRIMARY KEY (session_id, idx)
