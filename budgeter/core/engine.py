@@ -103,6 +103,8 @@ class Engine:
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
         self._received_memo = RenderMemo(tail=True)
+        self._summed: tuple[View | None, int] = (None, 0)
+        """The last view a build summed the costs of, and the sum (``Context.summed``)."""
         """The previous render of the history as received (``tokens_before``)."""
 
     def payload(self, handle: str) -> str:
@@ -147,7 +149,7 @@ class Engine:
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
-                      superseded=self.superseded, memo=self._memo, fresh=self._planned)
+                      superseded=self.superseded, memo=self._memo, fresh=self._planned, summed=self._summed)
         changed = self.log.changed_failures
         if self._settled:
             ctx.dirty = set(changed[self._failures_seen:])
@@ -163,6 +165,7 @@ class Engine:
         self.payloads.update(ctx.payloads)
         self.links.update(ctx.links)
         self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
+        self._summed = ctx.summed
         self._planned = len(self.log)
         self._settled = not compacted
         return self._result(view, before, compacted, steps, ctx)

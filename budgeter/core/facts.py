@@ -135,7 +135,7 @@ class History:
     """Failed call -> its run of identical retries (shared list, oldest first): identical failures
     with no successful call between them. A later identical failure after other work succeeded
     (the same test run again after an edit) starts a new run."""
-    owned_failures: list[CallRef] = field(default_factory=list)
+    owned_failures: dict[CallRef, None] = field(default_factory=dict)
     """Failed calls that own their id (the first call with that id, which its results answer),
     in the order their failure was recorded. A call's failure, once recorded, never changes (a
     second result for an id is not recorded)."""
@@ -403,7 +403,7 @@ class History:
         else:
             run = [ref]
         self.retries[ref] = run
-        self.owned_failures.append(ref)
+        self.owned_failures[ref] = None
         self.changed_failures.extend(run)
         same.append(ref)
         if cf.value is not None:

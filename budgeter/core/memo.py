@@ -165,10 +165,10 @@ class Walks(Generic[W]):
                 n = len(inputs)
                 # a walk this list extends holds its last input where the list does: compared
                 # whole only then (the others share less; each compare walks the shared items)
-                if n <= len(items) and inputs[-1] is items[n - 1] and (best is None or n > best[2]):
-                    if same_objects(inputs, items) == n:
-                        best = (hit[1], (id(item), way), n)
-                        continue
+                if (n <= len(items) and inputs[-1] is items[n - 1] and (best is None or n > best[2])
+                        and same_objects(inputs, items) == n):
+                    best = (hit[1], (id(item), way), n)
+                    continue
                 others.append((hit, (id(item), way)))
         if best is None:
             for hit, key in others:

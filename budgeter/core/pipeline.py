@@ -17,6 +17,7 @@ from budgeter.core.chains import Link
 from budgeter.core.counting import count_rendered
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
+from budgeter.core.memo import same_objects
 from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
 from budgeter.core.typing import JSONDict, PromptCounter
@@ -110,9 +111,10 @@ class Context:
     form (None: look at every failed call)."""
     _delta: int = 0
     _counted: View | None = None
-    _summed: tuple[View | None, int] = (None, 0)
+    summed: tuple[View | None, int] = (None, 0)
     """The last view summed and its sum: a step that changes nothing hands the next one the view it
-    was given, and a step's closing estimate is the next one's opening estimate."""
+    was given, and a step's closing estimate is the next one's opening estimate (an engine hands
+    on its previous build's)."""
 
     @property
     def history(self) -> Sequence[Message]:
@@ -143,11 +145,21 @@ class Context:
         return self.counter.message_cost(m)
 
     def _sum(self, view: View) -> int:
-        last, total = self._summed
-        if view is not last:
-            cost = self.counter.message_cost
+        """The per-message costs of ``view``, summed. Against the last view summed, only the items
+        between the two views' shared start and shared end are priced: a step changes a few items
+        of a prompt of hundreds, and pricing each again grew with the prompt (``bench_flat``)."""
+        last, total = self.summed
+        if view is last:
+            return total
+        cost = self.counter.message_cost
+        if last is None:
             total = sum(cost(i.message) for i in view)
-            self._summed = (view, total)
+        else:
+            start = same_objects(last, view)
+            end = min(same_objects(last[::-1], view[::-1]), len(last) - start, len(view) - start)
+            total += (sum(cost(i.message) for i in view[start:len(view) - end])
+                      - sum(cost(i.message) for i in last[start:len(last) - end]))
+        self.summed = (view, total)
         return total
 
 

@@ -230,3 +230,32 @@ def test_tokens_before_follows_the_history_turn_by_turn(qwen36):
         session.append(msgs[k - 1:k] if k > 2 else msgs[:2])
         r = session.build()
         assert r.tokens_before == qwen36.count_prompt(msgs[:k], TOOLS), k
+
+
+def test_a_views_estimate_prices_only_what_changed_and_equals_the_whole_sum():
+    """Context sums per-message costs against the last view it summed (a step changes a few items
+    of hundreds): the sum must equal pricing every item, whatever changed."""
+    import random
+
+    from budgeter.core.pipeline import Context, Item, Kind
+    from budgeter.tokenizers import resolve
+
+    counter = resolve()
+    session = Engine(counter, policy=Policy())
+    msgs = from_openai_list([{"role": "user", "content": f"message {k} " * (k % 7 + 1)} for k in range(60)])
+    ctx = Context(counter, [], Policy(), session.log, target=0)
+    view = tuple(Item(k, m) for k, m in enumerate(msgs))
+    rng = random.Random(5)
+    for _ in range(200):
+        out = list(view)
+        for _ in range(rng.randint(0, 4)):
+            op = rng.choice(["replace", "drop", "add"])
+            p = rng.randrange(len(out)) if out else 0
+            if op == "replace" and out:
+                out[p] = Item(out[p].index, msgs[rng.randrange(len(msgs))], Kind.STUB)
+            elif op == "drop" and len(out) > 1:
+                del out[p]
+            else:
+                out.insert(p, Item(p, msgs[rng.randrange(len(msgs))]))
+        view = tuple(out)
+        assert ctx._sum(view) == sum(counter.message_cost(i.message) for i in view)

@@ -70,3 +70,31 @@ def test_configure_resizes_and_clears_what_is_over():
         assert m.limit_chars == 100 and len(m) == 0 and m.chars == 0
     finally:
         memo.configure(before)
+
+
+def test_two_lists_ending_alike_keep_a_walk_each_and_each_finds_its_own():
+    """A session's prompt and its history as received end with the same message: each build
+    walks both, and each must find its own walk (one walk per last item made them replace each
+    other, and the history was walked whole on every build)."""
+    w: Walks[str] = Walks(size=len)
+    shared = [f"m{k}" for k in range(40)]
+    history = [*shared, "last"]
+    prompt = [*shared[:3], "digest", *shared[10:], "last"]  # longer than a shared start (SHARED_START)
+    for turn in range(4):
+        for name, items in (("prompt", prompt), ("history", history)):
+            found, n = w.find(items)
+            if turn:  # (on the first, the history finds the prompt's walk: they share a start)
+                assert found is not None and found.startswith(name) and n == len(items) - 1
+            w.keep(items, f"{name} {len(items)}")
+        history = [*history, f"h{len(history)}"]
+        prompt = [*prompt, history[-1]]
+    assert len(w._items) == 2  # each replaced its own older walk
+
+
+def test_same_objects_reads_identity_and_takes_equal_items_before_a_shared_last():
+    a, b, c = {"k": 1}, {"k": 1}, {"k": 2}
+    assert memo.same_objects([a, c], [a, c, b]) == 2
+    assert memo.same_objects([a, c], [b, c]) == 2  # equal before a shared last: the same answer
+    assert memo.same_objects([a, c], [a, b]) == 1
+    assert memo.same_objects([c, a], [b, a]) == 0  # c != b
+    assert memo.same_objects([], [a]) == 0

@@ -27,7 +27,7 @@ never touched.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -56,11 +56,14 @@ def failures_in(view: View, log: History, only: Set[CallRef] | None = None) -> l
     """Failed calls of the view that have their real result in the call's turn, in view order;
     ``only``: of these calls alone.
 
-    Found from the history's failed calls (``log.owned_failures``), not by walking the view's
+    Found from the history's failed calls (``log.owned_failures``, ``log.repeated``), not by walking the view's
     turns: a long session's view holds hundreds of messages and a few failures, and this runs on
     every build."""
-    refs = dict.fromkeys([*log.owned_failures, *log.repeated])  # a call is in one of the two
-    failed = [(ref, log.call(ref)) for ref in refs if only is None or ref in only]
+    if only is None:
+        refs: Iterable[CallRef] = [*log.owned_failures, *log.repeated]  # a call is in one of the two
+    else:  # the few asked for, not every failure of the history (``bench_flat``'s growth)
+        refs = [ref for ref in only if ref in log.owned_failures or ref in log.repeated]
+    failed = [(ref, log.call(ref)) for ref in refs]
     if not failed:
         return []
     position: Callable[[int], int | None] = partial(_position, view)  # a few calls: binary search
