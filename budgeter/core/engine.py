@@ -10,6 +10,7 @@ The reported count is always the exact count of the returned prompt's full rende
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +191,7 @@ class Engine:
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        handles = tuple(sorted({h for m in messages for h in message_handles(m)}))
+        handles = prompt_handles(messages)
         self._last, self._last_text = messages, ctx.text
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
@@ -222,6 +223,15 @@ def message_handles(m: Message) -> tuple[str, ...]:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]
         found = _handles_memo.put(m, tuple(h for t in texts if contains_marker(t) for h in handles_in(t)), m.size)
     return found
+
+
+def prompt_handles(messages: Sequence[Message]) -> tuple[str, ...]:
+    """The handles in a prompt's markers, sorted. Looked up in C where memoized (a prompt repeats
+    the previous one's messages, hundreds in a long session: ``bench_flat``)."""
+    found = list(map(_handles_memo.get, messages))
+    if None in found:
+        found = [f if f is not None else message_handles(m) for f, m in zip(found, messages, strict=True)]
+    return tuple(sorted(set(itertools.chain.from_iterable(found))))  # type: ignore[arg-type]
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),
