@@ -18,7 +18,9 @@ The rule (README, "The proxy in detail"):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,15 +62,35 @@ def same(a: Message, b: Message) -> bool:
             and all(_same_call(x, y) for x, y in zip(a.tool_calls, b.tool_calls, strict=True)))
 
 
-def match(stored: Sequence[Message], request: Sequence[Message], *, same_tools: bool = True) -> Match:
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A stored line and a request found ``same`` message by message (``match``): the same pairs
+    of objects need no comparing again (messages are immutable)."""
+
+    stored: tuple[Message, ...]
+    request: tuple[Message, ...]
+
+
+def match(stored: Sequence[Message], request: Sequence[Message], *, same_tools: bool = True,
+          seen: Seen | None = None) -> Match:
     if not same_tools:
         return Match(False, 0)
-    for i, m in enumerate(stored):
-        if i >= len(request):
-            return Match(False, len(request))
-        if not same(m, request[i]):
+    # passed over in C: the pairs ``seen`` found same, and messages that are the stored objects
+    # themselves (parsed once, ``intake``); the client's echo of each reply is compared once
+    start = _seen_before(stored, request, seen) if seen is not None else 0
+    differ = map(operator.is_not, itertools.islice(stored, start, None), itertools.islice(request, start, None))
+    for i in itertools.compress(range(start, min(len(stored), len(request))), differ):
+        if not same(stored[i], request[i]):
             return Match(False, i)
+    if len(stored) > len(request):
+        return Match(False, len(request))
     return Match(True, len(stored))
+
+
+def _seen_before(stored: Sequence[Message], request: Sequence[Message], seen: Seen) -> int:
+    """How many leading pairs are the very pairs ``seen`` compared."""
+    both = list(map(operator.and_, map(operator.is_, stored, seen.stored), map(operator.is_, request, seen.request)))
+    return both.index(False) if False in both else len(both)
 
 
 def _digest(*parts: str) -> str:

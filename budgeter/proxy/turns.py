@@ -8,6 +8,8 @@ the reconciliation rule is in ``reconcile.py``.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,34 +53,46 @@ class Request:
 
     @classmethod
     def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
-        _check_fields(body)
+        cls.check(body)
         repairs: list[Repair] = []
         messages = from_openai_list(body["messages"], repairs=repairs)
+        return cls.made(body, messages, repairs, extra_tools=extra_tools)
+
+    @classmethod
+    def made(cls, body: dict[str, Any], messages: list[Message], repairs: Sequence[Repair], *,
+             extra_tools: Sequence[JSONDict] = ()) -> Request:
+        """The request of ``body`` with its messages parsed already (``intake``)."""
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
         tools = check_tools(body.get("tools") or [])
         return cls(messages, [*tools, *extra_tools], tuple(repairs))
 
-
-def _check_fields(body: dict[str, Any]) -> None:
-    """The fields the proxy reads itself: refused here when ill-typed, never sent on (a server
-    taking ``"stream": "yes"`` as true would stream to a proxy reading a completion)."""
-    if "messages" not in body:
-        raise InvalidInput("messages is required", field="messages")
-    if not isinstance(body.get("stream"), bool | None):
-        raise InvalidInput("stream must be true or false", field="stream")
-    for name in ("max_tokens", "max_completion_tokens"):  # the recall round does arithmetic with it
-        value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise InvalidInput(f"{name} must be an integer", field=name)
+    @staticmethod
+    def check(body: dict[str, Any]) -> None:
+        """The fields the proxy reads itself: refused here when ill-typed, never sent on (a server
+        taking ``"stream": "yes"`` as true would stream to a proxy reading a completion)."""
+        if "messages" not in body:
+            raise InvalidInput("messages is required", field="messages")
+        if not isinstance(body.get("stream"), bool | None):
+            raise InvalidInput("stream must be true or false", field="stream")
+        for name in ("max_tokens", "max_completion_tokens"):  # the recall round does arithmetic with it
+            value = body.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise InvalidInput(f"{name} must be an integer", field=name)
 
 
 class ProxySessions:
-    def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float) -> None:
+    def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float,
+                 lines: int = 512) -> None:
         self.sessions = sessions
         self.tokenizer = sessions.tokenizers.name(tokenizer)
         self.policy = policy
         self.ttl = ttl
+        self.lines = lines
+        self._seen: OrderedDict[str, rc.Seen] = OrderedDict()
+        """Per line, the last request found to extend it (``rc.Seen``), for at most ``lines``
+        lines: a memo of comparisons, never a verdict (the line is read from the store each turn)."""
+        self._seen_lock = threading.Lock()
 
     # -- a turn ----------------------------------------------------------------------------------
 
@@ -111,14 +125,24 @@ class ProxySessions:
         for _ in range(rc.MAX_FORKS):
             line = self._line(sid, request)
             assert line is not None
-            at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools)
+            with self._seen_lock:
+                seen = self._seen.get(line.id)
+            at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools, seen=seen)
             if at.extends:
+                self._saw(line.id, rc.Seen(line.history, tuple(request.messages[:at.diverges_at])))
                 return line, at.diverges_at, regenerate
             regenerate = regenerate or at.diverges_at >= len(request.messages)
             sid = self._fork_of(root, sid, request, at)
         raise InvalidInput(f"the request diverges from {rc.MAX_FORKS} stored lines of session {root!r}; "
                            "name a new session with X-Budgeter-Session", field="messages",
                            reason="TOO_MANY_FORKS")
+
+    def _saw(self, sid: str, seen: rc.Seen) -> None:
+        with self._seen_lock:
+            self._seen[sid] = seen
+            self._seen.move_to_end(sid)
+            if len(self._seen) > self.lines:
+                self._seen.popitem(last=False)
 
     def _fork_of(self, root: str, sid: str, request: Request, at: rc.Match) -> str:
         """A request that extends a line cut short by a retry continues in that line's fork. A
