@@ -21,6 +21,8 @@ import hashlib
 import itertools
 import json
 import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +128,32 @@ def fork_id(root: str, messages: Sequence[Message], tools: Sequence[JSONDict], a
     if at.diverges_at >= len(messages):
         upto.append("<end>")
     return f"{root[:100]}.{_digest(tools_key(tools), *upto)[:16]}"
+
+
+class ForkIds:
+    """``fork_id``, remembered for the very message objects it hashed (messages are immutable): a
+    conversation that goes on in a fork made deep in its history hashes that history once, not on
+    every turn. At most ``size`` entries, the least recently used forgotten first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._memo: OrderedDict[tuple[str, int, bool], tuple[tuple[Message, ...], list[JSONDict], str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, root: str, messages: Sequence[Message], tools: Sequence[JSONDict], at: Match) -> str:
+        upto = tuple(messages[:at.diverges_at + 1])
+        key = (root, len(upto), at.diverges_at >= len(messages))
+        with self._lock:
+            hit = self._memo.get(key)
+        if hit is not None and hit[1] == list(tools) and all(map(operator.is_, upto, hit[0])):
+            return hit[2]
+        made = fork_id(root, messages, tools, at)
+        with self._lock:
+            self._memo[key] = (upto, list(tools), made)
+            self._memo.move_to_end(key)
+            if len(self._memo) > self.size:
+                self._memo.popitem(last=False)
+        return made
 
 
 def request_id(session: str, position: int, suffix: Sequence[Message], *, kind: str = "turn") -> str:

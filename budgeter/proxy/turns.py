@@ -90,9 +90,10 @@ class ProxySessions:
         self.ttl = ttl
         self.lines = lines
         self._seen: OrderedDict[str, rc.Seen] = OrderedDict()
-        """Per line, the last request found to extend it (``rc.Seen``), for at most ``lines``
+        """Per line, what its last request was compared with (``rc.Seen``), for at most ``lines``
         lines: a memo of comparisons, never a verdict (the line is read from the store each turn)."""
         self._seen_lock = threading.Lock()
+        self._fork_id = rc.ForkIds(lines)
 
     # -- a turn ----------------------------------------------------------------------------------
 
@@ -125,11 +126,8 @@ class ProxySessions:
         for _ in range(rc.MAX_FORKS):
             line = self._line(sid, request)
             assert line is not None
-            with self._seen_lock:
-                seen = self._seen.get(line.id)
-            at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools, seen=seen)
+            at = self._match(line, request)
             if at.extends:
-                self._saw(line.id, rc.Seen(line.history, tuple(request.messages[:at.diverges_at])))
                 return line, at.diverges_at, regenerate
             regenerate = regenerate or at.diverges_at >= len(request.messages)
             sid = self._fork_of(root, sid, request, at)
@@ -137,25 +135,30 @@ class ProxySessions:
                            "name a new session with X-Budgeter-Session", field="messages",
                            reason="TOO_MANY_FORKS")
 
-    def _saw(self, sid: str, seen: rc.Seen) -> None:
+    def _match(self, line: Line, request: Request) -> rc.Match:
+        """``rc.match``, passing over the pairs of messages found same on this line before."""
         with self._seen_lock:
-            self._seen[sid] = seen
-            self._seen.move_to_end(sid)
+            seen = self._seen.get(line.id)
+        at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools, seen=seen)
+        with self._seen_lock:
+            self._seen[line.id] = rc.Seen(line.history, tuple(request.messages[:at.diverges_at]))
+            self._seen.move_to_end(line.id)
             if len(self._seen) > self.lines:
                 self._seen.popitem(last=False)
+        return at
 
     def _fork_of(self, root: str, sid: str, request: Request, at: rc.Match) -> str:
         """A request that extends a line cut short by a retry continues in that line's fork. A
         request stored whole on line ``sid`` (a regenerate) goes to the fork of ``sid`` that holds
         just the request: the same one for every later regenerate, since no answer is stored there."""
         if at.diverges_at >= len(request.messages):
-            return rc.fork_id(sid, request.messages, request.tools, at)
+            return self._fork_id(sid, request.messages, request.tools, at)
         cut = rc.Match(False, at.diverges_at)
-        retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
+        retried = self._fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
         line = self._line(retried, request, create=False)
-        if line is not None and list(line.tools) == request.tools and rc.match(line.history, request.messages).extends:
+        if line is not None and self._match(line, request).extends:
             return retried
-        return rc.fork_id(root, request.messages, request.tools, at)
+        return self._fork_id(root, request.messages, request.tools, at)
 
     def _line(self, sid: str, request: Request, *, create: bool = True) -> Line | None:
         """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""

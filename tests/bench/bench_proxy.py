@@ -15,7 +15,9 @@ Growth with the history: held-out sessions (``peers.session``) of the largest si
 and each turn is put in the bucket of its history's size (the request body's bytes); per bucket,
 overhead p50/p99 (non-streamed turns), the first chunk's added delay (streamed turns), and the
 proxy process's whole CPU per turn (every thread, ``bench_load.cpu_seconds``), with its start-up
-time to /health. ``--synthetic``: ``tests.bench.sessions`` sessions instead.
+time to /health. ``--synthetic``: ``tests.bench.sessions`` sessions instead; ``--edit-at 0.5``: the
+client edits its latest reply once the history is half the largest size, so the turns after go
+on in a fork.
 """
 
 from __future__ import annotations
@@ -115,15 +117,25 @@ def size_label(chars: int) -> str:
     return f"{chars // 1_000_000}M" if chars >= 1_000_000 and chars % 1_000_000 == 0 else f"{chars // 1000}K"
 
 
+def edited(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history`` with its latest assistant message changed, as a client editing it would send."""
+    i = max(j for j, m in enumerate(history) if m["role"] == "assistant")
+    return [*history[:i], {**history[i], "content": (history[i].get("content") or "") + " (edited)"}, *history[i + 1:]]
+
+
 def grow(client: httpx.Client, proxy: str, upstream: str, pid: int, body: dict[str, Any], sid: str,
-         sizes: list[int], out: dict[int, dict[str, list[float]]]) -> None:
-    """Each turn of ``body`` through the proxy and direct, into the bucket of its body's size."""
+         sizes: list[int], out: dict[int, dict[str, list[float]]], *, edit_at: int = 0) -> None:
+    """Each turn of ``body`` through the proxy and direct, into the bucket of its body's size.
+    ``edit_at``: once the history is that long, the client edits its latest reply, so the turns
+    after go on in a fork."""
     history: list[dict[str, Any]] = []
     for k, step in enumerate(turns(body["messages"])):
         if step[0]["role"] != "assistant":
             history = history + step
             continue
         reply, history = step[0], history + step[1:]
+        if edit_at and sum(len(m.get("content") or "") for m in history) >= edit_at:
+            history, edit_at = edited(history), 0
         stream = k % 2 == 0
         data = orjson.dumps({"model": "bench", "messages": history, "tools": body["tools"],
                              "scripted_reply": reply, "stream": stream})
@@ -158,13 +170,15 @@ def growth(args: argparse.Namespace) -> None:
         try:
             with httpx.Client(timeout=60) as client:
                 for seed, body in enumerate(bodies):
-                    grow(client, f"http://127.0.0.1:{port}/v1", upstream, proc.pid, body, f"grow-{seed}", sizes, out)
+                    grow(client, f"http://127.0.0.1:{port}/v1", upstream, proc.pid, body, f"grow-{seed}", sizes, out,
+                         edit_at=int(args.edit_at * sizes[-1]))
         finally:
             for p in (proc, up):
                 p.terminate()
                 p.wait(30)
     kind = "synthetic" if args.synthetic else "held-out"
-    print(f"budgeter proxy, window 32768, {args.sessions} {kind} sessions of {sizes[-1]:,} chars, store "
+    edit = f", each edited at {args.edit_at:.0%} (the turns after in a fork)" if args.edit_at else ""
+    print(f"budgeter proxy, window 32768, {args.sessions} {kind} sessions of {sizes[-1]:,} chars{edit}, store "
           f"{args.store}; start-up to /health {STARTUP[proc.pid]:.2f} s")
     print(f"  {'history':>9}  {'turns':>5}  {'overhead p50':>12} {'p99':>7}  {'1st chunk p50':>13} {'p99':>7}"
           f"  {'proxy CPU/turn p50':>18} {'mean':>7}")
@@ -187,6 +201,8 @@ def main() -> None:
     ap.add_argument("--growth", action="store_true", help="overhead and CPU per turn by history size")
     ap.add_argument("--sizes", default="10000,30000,100000,300000,1000000")
     ap.add_argument("--synthetic", action="store_true", help="with --growth: synthetic sessions")
+    ap.add_argument("--edit-at", type=float, default=0.0,
+                    help="with --growth: the client edits its latest reply at this fraction of the largest size")
     args = ap.parse_args()
     if args.growth:
         growth(args)

@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from budgeter.core.messages import Message
 from budgeter.errors import InvalidInput
+from budgeter.proxy import reconcile as rc
 from budgeter.proxy.intake import Recent, parse, split
 from budgeter.proxy.server import open_sessions
 from budgeter.proxy.turns import Request
@@ -149,8 +151,6 @@ def test_other_tools_with_the_same_messages_fork(proxy):
 
 def test_a_session_another_process_changed_between_two_requests_is_read_from_the_store(make_proxy, tmp_path,
                                                                                       qwen3_path):
-    from budgeter.core.messages import Message
-
     store = f"sqlite://{tmp_path / 'shared.db'}"
     proxy = make_proxy(store=store)
     other = open_sessions(proxy_settings(proxy.upstream.base_url, qwen3_path, store=store))  # as `budgeter
@@ -182,3 +182,39 @@ def test_a_body_with_invalid_utf8_in_a_new_message_is_a_400(proxy):
     r = httpx.post(proxy.base_url + "/chat/completions", content=data.replace(b"BAD", b"\xff\xfe"),
                    headers={"X-Budgeter-Session": "agent", "content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_JSON"
+
+
+def test_remembered_fork_ids_are_those_fork_id_computes():
+    fork_ids = rc.ForkIds(2)
+    base = [Message("system", "s"), *[Message("user", f"u{i}") for i in range(6)]]
+    edited = [*base[:3], Message("user", "u2, edited"), *base[4:]]
+    equal = [Message(m.role, m.content) for m in base]  # the same content, other objects
+    calls = [(base, TOOLS, 3), (base, TOOLS, 3), (edited, TOOLS, 3), (equal, TOOLS, 3), (base, [], 3),
+             (base, TOOLS, 5), (base[:3], TOOLS, 3), (base, TOOLS, 3), (base, TOOLS, 2)]
+    for messages, tools, at in calls:
+        match = rc.Match(False, at)
+        assert fork_ids("root", messages, tools, match) == rc.fork_id("root", messages, tools, match)
+    assert fork_ids("other", base, TOOLS, rc.Match(False, 3)).startswith("other.")
+
+
+def test_a_conversation_goes_on_in_a_fork_and_an_edit_inside_it_forks_again(proxy):
+    proxy.upstream.script(*[Script(content=f"r{i}") for i in range(8)])
+    messages = [SYSTEM, {"role": "user", "content": "u0"}]
+    for i in range(3):  # r0, r1, r2 on the line "agent"
+        reply, _ = ask(proxy, messages)
+        messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"u{i + 1}"}]
+    messages[4] = {"role": "assistant", "content": "r1, edited by the client"}
+    forks = []
+    for i in range(3):  # r3, r4, r5 in the fork the edit made, one line
+        reply, h = ask(proxy, messages)
+        forks.append(h["x-budgeter-session"])
+        assert h["x-budgeter-forked"] == "true" and h["x-budgeter-appended"] == ("8" if i == 0 else "1")
+        messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"v{i}"}]
+    assert len(set(forks)) == 1 and contents(proxy, forks[0]) == [m["content"] for m in messages[:-1]]
+    messages[8] = {"role": "assistant", "content": "r3, edited too"}  # inside the fork, past the first edit
+    _, h = ask(proxy, messages)
+    assert h["x-budgeter-session"] not in ("agent", forks[0])
+    assert contents(proxy, h["x-budgeter-session"]) == [m["content"] for m in messages] + ["r6"]
+    assert contents(proxy, forks[0])[-1] == "r5" and contents(proxy, "agent")[-1] == "r2"
