@@ -83,7 +83,8 @@ class Proxy:
         self.metrics.watch_store(sessions.store)
         policy = {"window": settings.window, "reserve": settings.reserve, "low_water": settings.low_water}
         self.turns = ProxySessions(sessions, tokenizer=tokenizer or settings.default_tokenizer,
-                                   policy=policy, ttl=settings.session_ttl, lines=settings.live_sessions)
+                                   policy=policy, ttl=settings.session_ttl, lines=settings.live_sessions,
+                                   max_bytes=settings.live_bytes // 2)
         self.url = settings.upstream.rstrip("/")
         self.extra_tools = [recall.TOOL] if settings.recall_tool else []
         # the previous request of each conversation, so a turn parses only its new messages: about

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +22,7 @@ import msgspec
 from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, Repair, from_openai
 from budgeter.errors import InvalidInput
+from budgeter.proxy.memo import Bounded
 from budgeter.proxy.turns import Request
 
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -76,7 +75,6 @@ class _Seen:
     raws: list[msgspec.Raw]
     messages: tuple[Message, ...]
     repairs: tuple[Repair, ...]
-    size: int
 
     def common(self, raws: Sequence[msgspec.Raw]) -> int:
         """How many leading messages ``raws`` shares with this request, byte for byte."""
@@ -90,11 +88,7 @@ class Recent:
     the messages parsed from them), the least recently used dropped first."""
 
     def __init__(self, *, lines: int, max_bytes: int) -> None:
-        self.lines = lines
-        self.max_bytes = max_bytes
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._seen: Bounded[str, _Seen] = Bounded(entries=lines, max_bytes=max_bytes)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -102,17 +96,20 @@ class Recent:
     @property
     def size(self) -> int:
         """Bytes held, as counted against ``max_bytes``."""
-        return self._bytes
+        return self._seen.size
+
+    @property
+    def max_bytes(self) -> int:
+        return self._seen.max_bytes
 
     def request(self, body: Body, *, session: str = "", extra_tools: Sequence[Any] = ()) -> Request:
         """The request of ``body``; its messages read again only past what this conversation's
         previous request held byte for byte. ``session``: the client's session header."""
         if body.raws is None:
-            return Request.of(body.fields, extra_tools=extra_tools)
+            return Request.of(body.fields, extra_tools=extra_tools, size=body.size)
         Request.check(body.fields)
         key = _key(session, body.raws)
-        with self._lock:
-            seen = self._seen.get(key)
+        seen = self._seen.get(key)
         shared = seen.common(body.raws) if seen is not None else 0
         messages = list(seen.messages[:shared]) if seen is not None else []
         repairs = [r for r in seen.repairs if r.index < shared] if seen is not None else []
@@ -122,21 +119,9 @@ class Recent:
             except (ValueError, RecursionError) as exc:
                 raise not_json(exc) from exc
             messages.append(from_openai(value, index=i, repairs=repairs))
-        request = Request.made(body.fields, messages, repairs, extra_tools=extra_tools)
-        self._keep(key, _Seen(body.raws, tuple(messages), tuple(repairs), 2 * body.size))
+        request = Request.made(body.fields, messages, repairs, extra_tools=extra_tools, size=body.size)
+        self._seen.put(key, _Seen(body.raws, tuple(messages), tuple(repairs)), 2 * body.size)
         return request
-
-    def _keep(self, key: str, seen: _Seen) -> None:
-        with self._lock:
-            old = self._seen.pop(key, None)
-            self._bytes -= old.size if old is not None else 0
-            if seen.size > self.max_bytes:
-                return
-            self._seen[key] = seen
-            self._bytes += seen.size
-            while len(self._seen) > self.lines or self._bytes > self.max_bytes:
-                _, dropped = self._seen.popitem(last=False)
-                self._bytes -= dropped.size
 
 
 def _key(session: str, raws: Sequence[msgspec.Raw]) -> str:

@@ -21,8 +21,6 @@ import hashlib
 import itertools
 import json
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.typing import JSONDict
+from budgeter.proxy.memo import Bounded
 
 MAX_FORKS = 8
 
@@ -133,26 +132,20 @@ def fork_id(root: str, messages: Sequence[Message], tools: Sequence[JSONDict], a
 class ForkIds:
     """``fork_id``, remembered for the very message objects it hashed (messages are immutable): a
     conversation that goes on in a fork made deep in its history hashes that history once, not on
-    every turn. At most ``size`` entries, the least recently used forgotten first."""
+    every turn. Each entry is counted as ``size`` (twice the request's body) in ``memo``."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._memo: OrderedDict[tuple[str, int, bool], tuple[tuple[Message, ...], list[JSONDict], str]] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, memo: Bounded[tuple[str, int, bool], tuple[tuple[Message, ...], list[JSONDict], str]]) -> None:
+        self._memo = memo
 
-    def __call__(self, root: str, messages: Sequence[Message], tools: Sequence[JSONDict], at: Match) -> str:
+    def __call__(self, root: str, messages: Sequence[Message], tools: Sequence[JSONDict], at: Match, *,
+                 size: int = 0) -> str:
         upto = tuple(messages[:at.diverges_at + 1])
         key = (root, len(upto), at.diverges_at >= len(messages))
-        with self._lock:
-            hit = self._memo.get(key)
+        hit = self._memo.get(key)
         if hit is not None and hit[1] == list(tools) and all(map(operator.is_, upto, hit[0])):
             return hit[2]
         made = fork_id(root, messages, tools, at)
-        with self._lock:
-            self._memo[key] = (upto, list(tools), made)
-            self._memo.move_to_end(key)
-            if len(self._memo) > self.size:
-                self._memo.popitem(last=False)
+        self._memo.put(key, (upto, list(tools), made), 2 * size)
         return made
 
 

@@ -8,8 +8,6 @@ the reconciliation rule is in ``reconcile.py``.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +18,7 @@ from budgeter.core.messages import Message, Repair, from_openai_list
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
 from budgeter.proxy import reconcile as rc
+from budgeter.proxy.memo import Bounded
 from budgeter.sessions.model import make_etag
 from budgeter.sessions.sessions import Line, Sessions, check_tools
 
@@ -50,22 +49,24 @@ class Request:
     messages: list[Message]
     tools: list[JSONDict]
     repairs: tuple[Repair, ...] = ()
+    size: int = 0
+    """The body's bytes, where known: what the proxy's memos of it count against their limit."""
 
     @classmethod
-    def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
+    def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = (), size: int = 0) -> Request:
         cls.check(body)
         repairs: list[Repair] = []
         messages = from_openai_list(body["messages"], repairs=repairs)
-        return cls.made(body, messages, repairs, extra_tools=extra_tools)
+        return cls.made(body, messages, repairs, extra_tools=extra_tools, size=size)
 
     @classmethod
     def made(cls, body: dict[str, Any], messages: list[Message], repairs: Sequence[Repair], *,
-             extra_tools: Sequence[JSONDict] = ()) -> Request:
+             extra_tools: Sequence[JSONDict] = (), size: int = 0) -> Request:
         """The request of ``body`` with its messages parsed already (``intake``)."""
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
         tools = check_tools(body.get("tools") or [])
-        return cls(messages, [*tools, *extra_tools], tuple(repairs))
+        return cls(messages, [*tools, *extra_tools], tuple(repairs), size)
 
     @staticmethod
     def check(body: dict[str, Any]) -> None:
@@ -83,17 +84,16 @@ class Request:
 
 class ProxySessions:
     def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float,
-                 lines: int = 512) -> None:
+                 lines: int = 512, max_bytes: int = 1 << 29) -> None:
         self.sessions = sessions
         self.tokenizer = sessions.tokenizers.name(tokenizer)
         self.policy = policy
         self.ttl = ttl
-        self.lines = lines
-        self._seen: OrderedDict[str, rc.Seen] = OrderedDict()
-        """Per line, what its last request was compared with (``rc.Seen``), for at most ``lines``
-        lines: a memo of comparisons, never a verdict (the line is read from the store each turn)."""
-        self._seen_lock = threading.Lock()
-        self._fork_id = rc.ForkIds(lines)
+        self._seen: Bounded[str, rc.Seen] = Bounded(entries=lines, max_bytes=max_bytes)
+        """Per line, what its last request was compared with (``rc.Seen``), counted as twice the
+        request's body: a memo of comparisons, never a verdict (the line is read from the store
+        each turn)."""
+        self._fork_id = rc.ForkIds(Bounded(entries=lines, max_bytes=max_bytes))
 
     # -- a turn ----------------------------------------------------------------------------------
 
@@ -137,14 +137,9 @@ class ProxySessions:
 
     def _match(self, line: Line, request: Request) -> rc.Match:
         """``rc.match``, passing over the pairs of messages found same on this line before."""
-        with self._seen_lock:
-            seen = self._seen.get(line.id)
+        seen = self._seen.get(line.id)
         at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools, seen=seen)
-        with self._seen_lock:
-            self._seen[line.id] = rc.Seen(line.history, tuple(request.messages[:at.diverges_at]))
-            self._seen.move_to_end(line.id)
-            if len(self._seen) > self.lines:
-                self._seen.popitem(last=False)
+        self._seen.put(line.id, rc.Seen(line.history, tuple(request.messages[:at.diverges_at])), 2 * request.size)
         return at
 
     def _fork_of(self, root: str, sid: str, request: Request, at: rc.Match) -> str:
@@ -152,13 +147,13 @@ class ProxySessions:
         request stored whole on line ``sid`` (a regenerate) goes to the fork of ``sid`` that holds
         just the request: the same one for every later regenerate, since no answer is stored there."""
         if at.diverges_at >= len(request.messages):
-            return self._fork_id(sid, request.messages, request.tools, at)
+            return self._fork_id(sid, request.messages, request.tools, at, size=request.size)
         cut = rc.Match(False, at.diverges_at)
-        retried = self._fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
+        retried = self._fork_id(root, request.messages[:at.diverges_at], request.tools, cut, size=request.size)
         line = self._line(retried, request, create=False)
         if line is not None and self._match(line, request).extends:
             return retried
-        return self._fork_id(root, request.messages, request.tools, at)
+        return self._fork_id(root, request.messages, request.tools, at, size=request.size)
 
     def _line(self, sid: str, request: Request, *, create: bool = True) -> Line | None:
         """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""

@@ -15,6 +15,7 @@ from budgeter.core.messages import Message
 from budgeter.errors import InvalidInput
 from budgeter.proxy import reconcile as rc
 from budgeter.proxy.intake import Recent, parse, split
+from budgeter.proxy.memo import Bounded
 from budgeter.proxy.server import open_sessions
 from budgeter.proxy.turns import Request
 from tests.proxy.conftest import proxy_settings
@@ -185,7 +186,7 @@ def test_a_body_with_invalid_utf8_in_a_new_message_is_a_400(proxy):
 
 
 def test_remembered_fork_ids_are_those_fork_id_computes():
-    fork_ids = rc.ForkIds(2)
+    fork_ids = rc.ForkIds(Bounded(entries=2, max_bytes=1 << 20))
     base = [Message("system", "s"), *[Message("user", f"u{i}") for i in range(6)]]
     edited = [*base[:3], Message("user", "u2, edited"), *base[4:]]
     equal = [Message(m.role, m.content) for m in base]  # the same content, other objects
@@ -218,3 +219,15 @@ def test_a_conversation_goes_on_in_a_fork_and_an_edit_inside_it_forks_again(prox
     assert h["x-budgeter-session"] not in ("agent", forks[0])
     assert contents(proxy, h["x-budgeter-session"]) == [m["content"] for m in messages] + ["r6"]
     assert contents(proxy, forks[0])[-1] == "r5" and contents(proxy, "agent")[-1] == "r2"
+
+
+def test_a_bounded_memo_drops_the_least_recently_used_past_its_entries_or_bytes():
+    memo: Bounded[str, int] = Bounded(entries=3, max_bytes=100)
+    for i in range(4):
+        memo.put(f"k{i}", i, 10)
+    assert len(memo) == 3 and memo.get("k0") is None and memo.size == 30
+    assert memo.get("k1") == 1  # now the most recently used
+    memo.put("big", 9, 80)  # over 100 bytes: the least recently used go first
+    assert memo.get("k2") is None and memo.get("k1") == 1 and memo.size <= 100
+    memo.put("k1", 1, 101)  # larger than the whole memo: not kept, nor its old value
+    assert memo.get("k1") is None and memo.size == 90 and memo.get("k3") == 3
