@@ -123,7 +123,7 @@ class MissingExtra(BudgeterError):
     """A part that comes with an extra not installed here (``pip install 'budgeter[EXTRA]'``)."""
 
     reason = "MISSING_EXTRA"
-    MODULES = {"proxy": ("starlette", "uvicorn", "httptools", "aiohttp"), "redis": ("redis", "hiredis"),
+    MODULES = {"proxy": ("starlette", "uvicorn", "httptools", "aiohttp", "msgspec"), "redis": ("redis", "hiredis"),
                "gguf": ("gguf", "transformers"), "mistral": ("mistral_common",)}
 
     def __init__(self, what: str, extra: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 import budgeter
 from budgeter.client import Client, ClientError
@@ -42,9 +43,10 @@ def test_the_base_front_doors_need_no_extra():
     assert int(done.stdout) > 0
 
 
-def test_budgeter_proxy_without_the_proxy_extra():
+@pytest.mark.parametrize("absent", [["starlette", "uvicorn", "aiohttp", "msgspec"], ["msgspec"]])
+def test_budgeter_proxy_without_the_proxy_extra(absent):
     done = run("from budgeter.cli import main\nsys.argv = ['budgeter', *sys.argv[1:]]\nmain()",
-               absent=["starlette", "uvicorn", "aiohttp"], args=("proxy", "--store", "memory://"))
+               absent=absent, args=("proxy", "--store", "memory://"))
     assert done.returncode == 2
     assert done.stderr == ("budgeter: MISSING_EXTRA: budgeter proxy needs the proxy extra: "
                            "pip install 'budgeter[proxy]'\n")

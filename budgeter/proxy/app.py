@@ -29,9 +29,9 @@ from starlette.routing import Route
 
 from budgeter.core.counting import Adaptation, repaired
 from budgeter.core.engine import BuildResult
-from budgeter.core.jsonargs import dumps_bytes, loads
+from budgeter.core.jsonargs import dumps_bytes
 from budgeter.errors import InvalidInput, LimitExceeded, StoreUnavailable
-from budgeter.proxy import recall
+from budgeter.proxy import intake, recall
 from budgeter.proxy.errors import (
     JSON,
     STALE_CONNECTION,
@@ -83,9 +83,13 @@ class Proxy:
         self.metrics.watch_store(sessions.store)
         policy = {"window": settings.window, "reserve": settings.reserve, "low_water": settings.low_water}
         self.turns = ProxySessions(sessions, tokenizer=tokenizer or settings.default_tokenizer,
-                                   policy=policy, ttl=settings.session_ttl)
+                                   policy=policy, ttl=settings.session_ttl, lines=settings.live_sessions,
+                                   max_bytes=settings.live_bytes // 2)
         self.url = settings.upstream.rstrip("/")
         self.extra_tools = [recall.TOOL] if settings.recall_tool else []
+        # the previous request of each conversation, so a turn parses only its new messages: about
+        # what the replica holds of the same sessions, bounded alike
+        self.recent = intake.Recent(lines=settings.live_sessions, max_bytes=settings.live_bytes // 2)
         self._client: aiohttp.ClientSession | None = None
         self.pool = counting_pool(settings.max_workers, "budgeter-proxy")
         """Threads for the blocking work (store, tokenizer), set up to count, living as long as the
@@ -128,8 +132,8 @@ class Proxy:
         return response
 
     async def _chat(self, http: HTTPRequest, started: float) -> Response:
-        raw = await read_json(http, self.settings.max_request_bytes)
-        request, turn = await self._blocking(self._turn, raw, http.headers.get(SESSION_HEADER, ""))
+        data = await read_body(http, self.settings.max_request_bytes)
+        raw, request, turn = await self._blocking(self._turn, data, http.headers.get(SESSION_HEADER, ""))
         self.metrics.built(turn.result)
         body, adapted = self._upstream_body(raw, request, turn)
         self.metrics.adapted(adapted)
@@ -141,9 +145,11 @@ class Proxy:
             return await self._stream(call, forward)
         return await self._complete(call, forward)
 
-    def _turn(self, raw: dict[str, Any], session: str) -> tuple[Request, Turn]:
-        request = Request.of(raw, extra_tools=self.extra_tools)
-        return request, self.turns.turn(request, session=session)
+    def _turn(self, data: bytes, session: str) -> tuple[dict[str, Any], Request, Turn]:
+        """The body's fields (``intake.Body``), its request, and the turn."""
+        body = intake.split(data)
+        request = self.recent.request(body, session=session, extra_tools=self.extra_tools)
+        return body.fields, request, self.turns.turn(request, session=session)
 
     def _repaired(self, request: Request, session: str) -> tuple[Adaptation, ...]:
         """The request's lone surrogates made U+FFFD, as the note for its header; logged and counted
@@ -434,14 +440,7 @@ async def read_body(http: HTTPRequest, limit: int) -> bytes:
 
 
 async def read_json(http: HTTPRequest, limit: int) -> dict[str, Any]:
-    raw = await read_body(http, limit)
-    try:
-        body = loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}", reason="INVALID_JSON") from exc
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", reason="INVALID_JSON")
-    return body
+    return intake.parse(await read_body(http, limit))
 
 
 async def capped(chunks: AsyncIterator[bytes], limit: int, error: Exception) -> AsyncIterator[bytes]:

@@ -18,7 +18,9 @@ The rule (README, "The proxy in detail"):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from typing import Any
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Message, ToolCall
 from budgeter.core.typing import JSONDict
+from budgeter.proxy.memo import Bounded
 
 MAX_FORKS = 8
 
@@ -60,15 +63,35 @@ def same(a: Message, b: Message) -> bool:
             and all(_same_call(x, y) for x, y in zip(a.tool_calls, b.tool_calls, strict=True)))
 
 
-def match(stored: Sequence[Message], request: Sequence[Message], *, same_tools: bool = True) -> Match:
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A stored line and a request found ``same`` message by message (``match``): the same pairs
+    of objects need no comparing again (messages are immutable)."""
+
+    stored: tuple[Message, ...]
+    request: tuple[Message, ...]
+
+
+def match(stored: Sequence[Message], request: Sequence[Message], *, same_tools: bool = True,
+          seen: Seen | None = None) -> Match:
     if not same_tools:
         return Match(False, 0)
-    for i, m in enumerate(stored):
-        if i >= len(request):
-            return Match(False, len(request))
-        if not same(m, request[i]):
+    # passed over in C: the pairs ``seen`` found same, and messages that are the stored objects
+    # themselves (parsed once, ``intake``); the client's echo of each reply is compared once
+    start = _seen_before(stored, request, seen) if seen is not None else 0
+    differ = map(operator.is_not, itertools.islice(stored, start, None), itertools.islice(request, start, None))
+    for i in itertools.compress(range(start, min(len(stored), len(request))), differ):
+        if not same(stored[i], request[i]):
             return Match(False, i)
+    if len(stored) > len(request):
+        return Match(False, len(request))
     return Match(True, len(stored))
+
+
+def _seen_before(stored: Sequence[Message], request: Sequence[Message], seen: Seen) -> int:
+    """How many leading pairs are the very pairs ``seen`` compared."""
+    both = list(map(operator.and_, map(operator.is_, stored, seen.stored), map(operator.is_, request, seen.request)))
+    return both.index(False) if False in both else len(both)
 
 
 def _digest(*parts: str) -> str:
@@ -104,6 +127,26 @@ def fork_id(root: str, messages: Sequence[Message], tools: Sequence[JSONDict], a
     if at.diverges_at >= len(messages):
         upto.append("<end>")
     return f"{root[:100]}.{_digest(tools_key(tools), *upto)[:16]}"
+
+
+class ForkIds:
+    """``fork_id``, remembered for the very message objects it hashed (messages are immutable): a
+    conversation that goes on in a fork made deep in its history hashes that history once, not on
+    every turn. Each entry is counted as ``size`` (twice the request's body) in ``memo``."""
+
+    def __init__(self, memo: Bounded[tuple[str, int, bool], tuple[tuple[Message, ...], list[JSONDict], str]]) -> None:
+        self._memo = memo
+
+    def __call__(self, root: str, messages: Sequence[Message], tools: Sequence[JSONDict], at: Match, *,
+                 size: int = 0) -> str:
+        upto = tuple(messages[:at.diverges_at + 1])
+        key = (root, len(upto), at.diverges_at >= len(messages))
+        hit = self._memo.get(key)
+        if hit is not None and hit[1] == list(tools) and all(map(operator.is_, upto, hit[0])):
+            return hit[2]
+        made = fork_id(root, messages, tools, at)
+        self._memo.put(key, (upto, list(tools), made), 2 * size)
+        return made
 
 
 def request_id(session: str, position: int, suffix: Sequence[Message], *, kind: str = "turn") -> str:

@@ -18,6 +18,7 @@ from budgeter.core.messages import Message, Repair, from_openai_list
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
 from budgeter.proxy import reconcile as rc
+from budgeter.proxy.memo import Bounded
 from budgeter.sessions.model import make_etag
 from budgeter.sessions.sessions import Line, Sessions, check_tools
 
@@ -48,37 +49,51 @@ class Request:
     messages: list[Message]
     tools: list[JSONDict]
     repairs: tuple[Repair, ...] = ()
+    size: int = 0
+    """The body's bytes, where known: what the proxy's memos of it count against their limit."""
 
     @classmethod
-    def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = ()) -> Request:
-        _check_fields(body)
+    def of(cls, body: dict[str, Any], *, extra_tools: Sequence[JSONDict] = (), size: int = 0) -> Request:
+        cls.check(body)
         repairs: list[Repair] = []
         messages = from_openai_list(body["messages"], repairs=repairs)
+        return cls.made(body, messages, repairs, extra_tools=extra_tools, size=size)
+
+    @classmethod
+    def made(cls, body: dict[str, Any], messages: list[Message], repairs: Sequence[Repair], *,
+             extra_tools: Sequence[JSONDict] = (), size: int = 0) -> Request:
+        """The request of ``body`` with its messages parsed already (``intake``)."""
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
         tools = check_tools(body.get("tools") or [])
-        return cls(messages, [*tools, *extra_tools], tuple(repairs))
+        return cls(messages, [*tools, *extra_tools], tuple(repairs), size)
 
-
-def _check_fields(body: dict[str, Any]) -> None:
-    """The fields the proxy reads itself: refused here when ill-typed, never sent on (a server
-    taking ``"stream": "yes"`` as true would stream to a proxy reading a completion)."""
-    if "messages" not in body:
-        raise InvalidInput("messages is required", field="messages")
-    if not isinstance(body.get("stream"), bool | None):
-        raise InvalidInput("stream must be true or false", field="stream")
-    for name in ("max_tokens", "max_completion_tokens"):  # the recall round does arithmetic with it
-        value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise InvalidInput(f"{name} must be an integer", field=name)
+    @staticmethod
+    def check(body: dict[str, Any]) -> None:
+        """The fields the proxy reads itself: refused here when ill-typed, never sent on (a server
+        taking ``"stream": "yes"`` as true would stream to a proxy reading a completion)."""
+        if "messages" not in body:
+            raise InvalidInput("messages is required", field="messages")
+        if not isinstance(body.get("stream"), bool | None):
+            raise InvalidInput("stream must be true or false", field="stream")
+        for name in ("max_tokens", "max_completion_tokens"):  # the recall round does arithmetic with it
+            value = body.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise InvalidInput(f"{name} must be an integer", field=name)
 
 
 class ProxySessions:
-    def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float) -> None:
+    def __init__(self, sessions: Sessions, *, tokenizer: str, policy: dict[str, Any], ttl: float,
+                 lines: int = 512, max_bytes: int = 1 << 29) -> None:
         self.sessions = sessions
         self.tokenizer = sessions.tokenizers.name(tokenizer)
         self.policy = policy
         self.ttl = ttl
+        self._seen: Bounded[str, rc.Seen] = Bounded(entries=lines, max_bytes=max_bytes)
+        """Per line, what its last request was compared with (``rc.Seen``), counted as twice the
+        request's body: a memo of comparisons, never a verdict (the line is read from the store
+        each turn)."""
+        self._fork_id = rc.ForkIds(Bounded(entries=lines, max_bytes=max_bytes))
 
     # -- a turn ----------------------------------------------------------------------------------
 
@@ -111,7 +126,7 @@ class ProxySessions:
         for _ in range(rc.MAX_FORKS):
             line = self._line(sid, request)
             assert line is not None
-            at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools)
+            at = self._match(line, request)
             if at.extends:
                 return line, at.diverges_at, regenerate
             regenerate = regenerate or at.diverges_at >= len(request.messages)
@@ -120,18 +135,25 @@ class ProxySessions:
                            "name a new session with X-Budgeter-Session", field="messages",
                            reason="TOO_MANY_FORKS")
 
+    def _match(self, line: Line, request: Request) -> rc.Match:
+        """``rc.match``, passing over the pairs of messages found same on this line before."""
+        seen = self._seen.get(line.id)
+        at = rc.match(line.history, request.messages, same_tools=list(line.tools) == request.tools, seen=seen)
+        self._seen.put(line.id, rc.Seen(line.history, tuple(request.messages[:at.diverges_at])), 2 * request.size)
+        return at
+
     def _fork_of(self, root: str, sid: str, request: Request, at: rc.Match) -> str:
         """A request that extends a line cut short by a retry continues in that line's fork. A
         request stored whole on line ``sid`` (a regenerate) goes to the fork of ``sid`` that holds
         just the request: the same one for every later regenerate, since no answer is stored there."""
         if at.diverges_at >= len(request.messages):
-            return rc.fork_id(sid, request.messages, request.tools, at)
+            return self._fork_id(sid, request.messages, request.tools, at, size=request.size)
         cut = rc.Match(False, at.diverges_at)
-        retried = rc.fork_id(root, request.messages[:at.diverges_at], request.tools, cut)
+        retried = self._fork_id(root, request.messages[:at.diverges_at], request.tools, cut, size=request.size)
         line = self._line(retried, request, create=False)
-        if line is not None and list(line.tools) == request.tools and rc.match(line.history, request.messages).extends:
+        if line is not None and self._match(line, request).extends:
             return retried
-        return rc.fork_id(root, request.messages, request.tools, at)
+        return self._fork_id(root, request.messages, request.tools, at, size=request.size)
 
     def _line(self, sid: str, request: Request, *, create: bool = True) -> Line | None:
         """The stored line ``sid``; a missing session is created (empty, with the request's tools)."""

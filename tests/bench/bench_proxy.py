@@ -8,6 +8,16 @@ that replays each session's next assistant message. Each turn sends the agent's 
 does. Overhead = latency through the proxy minus the latency of the same request sent straight to
 the upstream (so loopback, JSON and the upstream's own time cancel out); turns alternate between
 non-streamed (overhead) and streamed (delay of the first chunk, through the proxy and direct).
+
+    python -m tests.bench.bench_proxy --growth [--sizes 10000,30000,100000,300000,1000000] [--sessions 2]
+
+Growth with the history: held-out sessions (``peers.session``) of the largest size are replayed
+and each turn is put in the bucket of its history's size (the request body's bytes); per bucket,
+overhead p50/p99 (non-streamed turns), the first chunk's added delay (streamed turns), and the
+proxy process's whole CPU per turn (every thread, ``bench_load.cpu_seconds``), with its start-up
+time to /health. ``--synthetic``: ``tests.bench.sessions`` sessions instead; ``--edit-at 0.5``: the
+client edits its latest reply once the history is half the largest size, so the turns after go
+on in a fork.
 """
 
 from __future__ import annotations
@@ -24,8 +34,11 @@ from collections import defaultdict
 from typing import Any
 
 import httpx
+import orjson
 
+from tests.bench.bench_load import cpu_seconds
 from tests.bench.bench_service import pct, turns
+from tests.bench.peers import session as held_out
 from tests.bench.sessions import make_session
 
 
@@ -35,15 +48,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+STARTUP: dict[int, float] = {}
+"""Seconds from each started process's launch (by pid) until ``ready`` answered 200."""
+
+
 def start(cmd: list[str], ready: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while time.monotonic() < started + 120:
         try:
-            httpx.get(ready)
-            return proc
+            if httpx.get(ready).status_code == 200:
+                STARTUP[proc.pid] = time.monotonic() - started
+                return proc
         except httpx.HTTPError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"{' '.join(cmd)} did not start")
 
@@ -54,12 +73,14 @@ def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]
                  f"http://127.0.0.1:{port}/health")
 
 
-def timed(client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
+def timed(client: httpx.Client, url: str, body: dict[str, Any] | bytes, headers: dict[str, str]
           ) -> tuple[float, float, int, bool]:
     """(seconds to the first body byte, seconds to the end, status, compacted)."""
+    sent: dict[str, Any] = ({"content": body, "headers": {**headers, "content-type": "application/json"}}
+                            if isinstance(body, bytes) else {"json": body, "headers": headers})
     started = time.perf_counter()
     first = 0.0
-    with client.stream("POST", url, json=body, headers=headers) as r:
+    with client.stream("POST", url, **sent) as r:
         for _ in r.iter_raw():
             first = first or time.perf_counter() - started
         status = r.status_code
@@ -92,12 +113,100 @@ def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any]
             history = history + step
 
 
+def size_label(chars: int) -> str:
+    return f"{chars // 1_000_000}M" if chars >= 1_000_000 and chars % 1_000_000 == 0 else f"{chars // 1000}K"
+
+
+def edited(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history`` with its latest assistant message changed, as a client editing it would send."""
+    i = max(j for j, m in enumerate(history) if m["role"] == "assistant")
+    return [*history[:i], {**history[i], "content": (history[i].get("content") or "") + " (edited)"}, *history[i + 1:]]
+
+
+def grow(client: httpx.Client, proxy: str, upstream: str, pid: int, body: dict[str, Any], sid: str,
+         sizes: list[int], out: dict[int, dict[str, list[float]]], *, edit_at: int = 0) -> None:
+    """Each turn of ``body`` through the proxy and direct, into the bucket of its body's size.
+    ``edit_at``: once the history is that long, the client edits its latest reply, so the turns
+    after go on in a fork."""
+    history: list[dict[str, Any]] = []
+    for k, step in enumerate(turns(body["messages"])):
+        if step[0]["role"] != "assistant":
+            history = history + step
+            continue
+        reply, history = step[0], history + step[1:]
+        if edit_at and sum(len(m.get("content") or "") for m in history) >= edit_at:
+            history, edit_at = edited(history), 0
+        stream = k % 2 == 0
+        data = orjson.dumps({"model": "bench", "messages": history, "tools": body["tools"],
+                             "scripted_reply": reply, "stream": stream})
+        bucket = next((s for s in sizes if len(data) <= s), None)
+        if bucket is None:
+            return
+        cpu = cpu_seconds(pid)
+        via = timed(client, proxy + "/chat/completions", data, {"X-Budgeter-Session": sid})
+        cpu = cpu_seconds(pid) - cpu
+        direct = timed(client, upstream + "/chat/completions", data, {})
+        assert via[2] == direct[2] == 200, (via, direct)
+        row = out[bucket]
+        row["cpu"].append(cpu)
+        if stream:
+            row["first chunk"].append(via[0] - direct[0])
+        else:
+            row["overhead"].append(via[1] - direct[1])
+        history = history + [reply]
+
+
+def growth(args: argparse.Namespace) -> None:
+    sizes = sorted(int(x) for x in args.sizes.split(","))
+    up_port, port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    bodies = [make_session(seed, chars=sizes[-1]) if args.synthetic else held_out(seed, sizes[-1])
+              for seed in range(args.sessions)]
+    up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
+    out: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
+        proc = start_proxy(upstream, store, port)
+        try:
+            with httpx.Client(timeout=60) as client:
+                for seed, body in enumerate(bodies):
+                    grow(client, f"http://127.0.0.1:{port}/v1", upstream, proc.pid, body, f"grow-{seed}", sizes, out,
+                         edit_at=int(args.edit_at * sizes[-1]))
+        finally:
+            for p in (proc, up):
+                p.terminate()
+                p.wait(30)
+    kind = "synthetic" if args.synthetic else "held-out"
+    edit = f", each edited at {args.edit_at:.0%} (the turns after in a fork)" if args.edit_at else ""
+    print(f"budgeter proxy, window 32768, {args.sessions} {kind} sessions of {sizes[-1]:,} chars{edit}, store "
+          f"{args.store}; start-up to /health {STARTUP[proc.pid]:.2f} s")
+    print(f"  {'history':>9}  {'turns':>5}  {'overhead p50':>12} {'p99':>7}  {'1st chunk p50':>13} {'p99':>7}"
+          f"  {'proxy CPU/turn p50':>18} {'mean':>7}")
+    low = 0
+    for size in sizes:
+        row = {k: [x * 1000 for x in v] for k, v in out[size].items()}
+        if row.get("cpu"):
+            print(f"  {size_label(low) + '-' + size_label(size):>9}  {len(row['cpu']):5}  "
+                  f"{pct(row['overhead'], .5):9.2f} ms {pct(row['overhead'], .99):7.2f}  "
+                  f"{pct(row['first chunk'], .5):10.2f} ms {pct(row['first chunk'], .99):7.2f}  "
+                  f"{pct(row['cpu'], .5):15.2f} ms {statistics.mean(row['cpu']):7.2f}")
+        low = size
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chars", type=int, default=150_000)
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--store", default="sqlite")
+    ap.add_argument("--growth", action="store_true", help="overhead and CPU per turn by history size")
+    ap.add_argument("--sizes", default="10000,30000,100000,300000,1000000")
+    ap.add_argument("--synthetic", action="store_true", help="with --growth: synthetic sessions")
+    ap.add_argument("--edit-at", type=float, default=0.0,
+                    help="with --growth: the client edits its latest reply at this fraction of the largest size")
     args = ap.parse_args()
+    if args.growth:
+        growth(args)
+        return
     up_port, port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")

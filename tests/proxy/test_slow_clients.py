@@ -80,3 +80,16 @@ def test_a_head_in_time_is_served_and_its_connection_kept(make_proxy):
     with socket.create_connection(("127.0.0.1", proxy.server.port)) as sock:
         served_once(sock)
         served_once(sock)  # the same connection, kept alive
+
+
+def test_the_proxys_connections_send_without_waiting_for_acks(make_proxy):
+    """TCP_NODELAY on every accepted connection: without it a reply written as head then body
+    waits for the client's delayed ACK on a kept-alive connection (tens of ms a turn)."""
+    proxy = make_proxy()
+    with socket.create_connection(("127.0.0.1", proxy.server.port)) as sock:
+        served_once(sock)
+        connections = list(proxy.server.server.server_state.connections)
+        assert connections
+        for protocol in connections:
+            accepted = protocol.transport.get_extra_info("socket")
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

@@ -1,0 +1,233 @@
+"""A turn parses only the messages new since its conversation's previous request (``intake``),
+and that changes nothing it does: the messages, tools and repairs are those of reading the whole
+body; a history that differs in one byte deep down, other tools, or a session another process
+changed between two requests are reconciled as before; the cache stays within its caps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from budgeter.core.messages import Message
+from budgeter.errors import InvalidInput
+from budgeter.proxy import reconcile as rc
+from budgeter.proxy.intake import Recent, parse, split
+from budgeter.proxy.memo import Bounded
+from budgeter.proxy.server import open_sessions
+from budgeter.proxy.turns import Request
+from tests.proxy.conftest import proxy_settings
+from tests.proxy.upstream import Script
+
+pytestmark = pytest.mark.shared
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+TOOLS = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+
+
+def call(i: int, arguments: str = '{"path": "."}') -> dict[str, Any]:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "ls", "arguments": arguments}}]}
+
+
+def history(turns: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "list the files"}]
+    for i in range(turns):
+        out += [call(i), {"role": "tool", "tool_call_id": f"c{i}", "content": f"file{i}.txt\n" * 20}]
+    return out
+
+
+def body(messages: list[dict[str, Any]], tools: list[dict[str, Any]] = TOOLS) -> bytes:
+    return json.dumps({"model": "m", "messages": messages, "tools": tools}).encode()
+
+
+def one_byte_changed(messages: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+    changed = [dict(m) for m in messages]
+    text = changed[at]["content"]
+    changed[at]["content"] = text[:5] + ("X" if text[5] != "X" else "Y") + text[6:]
+    return changed
+
+
+def test_reading_only_the_new_messages_gives_what_reading_them_all_gives():
+    recent = Recent(lines=8, max_bytes=1 << 30)
+    grown = history(12)
+    surrogate = call(99, '{"path": "\\ud800"}')  # an escaped lone surrogate in arguments: repaired
+    bodies = [
+        body(history(10)),
+        body(grown),  # grown: the first 22 messages as before
+        body([*grown, surrogate]),
+        body([*grown, surrogate], tools=[*TOOLS, {"type": "function", "function": {"name": "cat"}}]),
+        body(one_byte_changed([*grown, surrogate], 7)),  # one byte deep in the history
+        body(grown[:9]),  # shorter: a regenerate of an earlier turn
+        body([*grown, {"role": "user", "content": "lone \ud800 escaped in content"}]),  # read whole
+        body(grown),
+    ]
+    before = None
+    for data in bodies:
+        got = recent.request(split(data), session="s")
+        whole = Request.of(parse(data))
+        assert (got.messages, got.tools, got.repairs) == (whole.messages, whole.tools, whole.repairs)
+        before = got
+    assert before is not None and len(recent) == 1
+
+
+def test_the_messages_a_previous_request_held_byte_for_byte_are_not_parsed_again():
+    recent = Recent(lines=8, max_bytes=1 << 30)
+    first = recent.request(split(body(history(10))), session="s")
+    again = recent.request(split(body(one_byte_changed(history(12), 7))), session="s")
+    assert all(a is b for a, b in zip(first.messages[:7], again.messages[:7], strict=True))
+    assert again.messages[7] is not first.messages[7] and again.messages[7] != first.messages[7]
+    other = recent.request(split(body(history(12))), session="another conversation")
+    assert not any(a is b for a, b in zip(other.messages, again.messages, strict=False))
+
+
+def test_the_cache_holds_at_most_its_lines_and_bytes():
+    data = [body(history(n)) for n in range(1, 7)]
+    recent = Recent(lines=3, max_bytes=2 * (len(data[-1]) + len(data[-2])))
+    for i, d in enumerate(data):
+        recent.request(split(d), session=f"s{i}")
+        assert len(recent) <= 3 and recent.size <= recent.max_bytes
+    assert len(recent) == 2  # the last two bodies fill the bytes
+    small = Recent(lines=3, max_bytes=len(data[0]))  # a body over the cap is not kept at all
+    small.request(split(data[0]), session="s")
+    assert len(small) == 0 and small.size == 0
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (b'{"messages": [{"role": "user", "content": "\xff"}]}', "INVALID_JSON"),  # msgspec passes over it
+    (b'{"messages": [{"role": "user", "content": "a"},]}', "INVALID_JSON"),
+    (b"[1]", "INVALID_JSON"),
+    (b'{"messages": [NaN]}', "INVALID_MESSAGE"),  # JSON to Python, not a message
+    (b'{"messages": {"role": "user"}}', "INVALID_MESSAGE"),
+])
+def test_a_bad_body_is_refused_as_reading_it_whole_refuses_it(raw, reason):
+    with pytest.raises(InvalidInput) as split_err:
+        Recent(lines=1, max_bytes=1 << 20).request(split(raw))
+    with pytest.raises(InvalidInput) as whole_err:
+        Request.of(parse(raw))
+    assert split_err.value.reason == whole_err.value.reason == reason
+
+
+def ask(proxy, messages, *, tools=None, session="agent"):
+    extra = {"tools": tools} if tools else {}
+    raw = proxy.client.chat.completions.with_raw_response.create(
+        model="m", messages=messages, extra_headers={"X-Budgeter-Session": session}, **extra)
+    return raw.parse(), raw.headers
+
+
+def contents(proxy, session):
+    return [m.content for m in proxy.history(session)]
+
+
+def test_a_history_that_differs_in_one_byte_deep_down_forks(proxy):
+    proxy.upstream.script(Script(content="a1"), Script(content="a2"), Script(content="b2"))
+    first = [SYSTEM, *[{"role": "user", "content": f"note {i}: " + "x" * 200} for i in range(20)]]
+    ask(proxy, first)
+    second = [*first, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
+    _, h2 = ask(proxy, second)
+    assert h2["x-budgeter-forked"] == "false" and h2["x-budgeter-appended"] == "1"
+    edited = one_byte_changed(second, 3)
+    _, h3 = ask(proxy, edited)
+    assert h3["x-budgeter-forked"] == "true" and h3["x-budgeter-session"].startswith("agent.")
+    assert contents(proxy, h3["x-budgeter-session"]) == [m["content"] for m in edited] + ["b2"]
+    assert contents(proxy, "agent") == [m["content"] for m in second] + ["a2"]  # untouched
+
+
+def test_other_tools_with_the_same_messages_fork(proxy):
+    proxy.upstream.script(Script(content="a1"), Script(content="a2"), Script(content="a3"))
+    first = [SYSTEM, {"role": "user", "content": "u1"}]
+    ask(proxy, first, tools=TOOLS)
+    second = [*first, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
+    _, h2 = ask(proxy, second, tools=TOOLS)
+    assert h2["x-budgeter-forked"] == "false"
+    more = [*TOOLS, {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
+    _, h3 = ask(proxy, second, tools=more)
+    assert h3["x-budgeter-forked"] == "true"
+    fork = proxy.sessions.line(h3["x-budgeter-session"])
+    assert [t["function"]["name"] for t in fork.tools] == ["ls", "cat"]
+    assert len(proxy.sessions.line("agent").history) == 5  # the first line, its reply a2 and nothing else
+
+
+def test_a_session_another_process_changed_between_two_requests_is_read_from_the_store(make_proxy, tmp_path,
+                                                                                      qwen3_path):
+    store = f"sqlite://{tmp_path / 'shared.db'}"
+    proxy = make_proxy(store=store)
+    other = open_sessions(proxy_settings(proxy.upstream.base_url, qwen3_path, store=store))  # as `budgeter
+    # serve` in another process would open it
+    proxy.upstream.script(Script(content="a1"), Script(content="a2"), Script(content="c3"))
+    try:
+        first = [SYSTEM, {"role": "user", "content": "u1"}]
+        ask(proxy, first)
+        other.append("agent", [Message(role="user", content="u2")])  # the same next message, stored by another
+        second = [*first, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
+        _, h2 = ask(proxy, second)
+        assert h2["x-budgeter-forked"] == "false" and h2["x-budgeter-appended"] == "0"
+        assert contents(proxy, "agent") == ["You are terse.", "u1", "a1", "u2", "a2"]
+        other.append("agent", [Message(role="user", content="u3 from elsewhere")])  # another next message
+        third = [*second, {"role": "assistant", "content": "a2"}, {"role": "user", "content": "u3"}]
+        _, h3 = ask(proxy, third)
+        assert h3["x-budgeter-forked"] == "true"
+        assert contents(proxy, "agent")[-1] == "u3 from elsewhere"  # its line is left as the other wrote it
+        assert contents(proxy, h3["x-budgeter-session"]) == [m["content"] for m in third] + ["c3"]
+    finally:
+        other.store.close()
+
+
+def test_a_body_with_invalid_utf8_in_a_new_message_is_a_400(proxy):
+    proxy.upstream.script(Script(content="a1"))
+    first = [SYSTEM, {"role": "user", "content": "u1"}]
+    ask(proxy, first)
+    data = body([*first, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "BAD"}], tools=[])
+    r = httpx.post(proxy.base_url + "/chat/completions", content=data.replace(b"BAD", b"\xff\xfe"),
+                   headers={"X-Budgeter-Session": "agent", "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_JSON"
+
+
+def test_remembered_fork_ids_are_those_fork_id_computes():
+    fork_ids = rc.ForkIds(Bounded(entries=2, max_bytes=1 << 20))
+    base = [Message("system", "s"), *[Message("user", f"u{i}") for i in range(6)]]
+    edited = [*base[:3], Message("user", "u2, edited"), *base[4:]]
+    equal = [Message(m.role, m.content) for m in base]  # the same content, other objects
+    calls = [(base, TOOLS, 3), (base, TOOLS, 3), (edited, TOOLS, 3), (equal, TOOLS, 3), (base, [], 3),
+             (base, TOOLS, 5), (base[:3], TOOLS, 3), (base, TOOLS, 3), (base, TOOLS, 2)]
+    for messages, tools, at in calls:
+        match = rc.Match(False, at)
+        assert fork_ids("root", messages, tools, match) == rc.fork_id("root", messages, tools, match)
+    assert fork_ids("other", base, TOOLS, rc.Match(False, 3)).startswith("other.")
+
+
+def test_a_conversation_goes_on_in_a_fork_and_an_edit_inside_it_forks_again(proxy):
+    proxy.upstream.script(*[Script(content=f"r{i}") for i in range(8)])
+    messages = [SYSTEM, {"role": "user", "content": "u0"}]
+    for i in range(3):  # r0, r1, r2 on the line "agent"
+        reply, _ = ask(proxy, messages)
+        messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"u{i + 1}"}]
+    messages[4] = {"role": "assistant", "content": "r1, edited by the client"}
+    forks = []
+    for i in range(3):  # r3, r4, r5 in the fork the edit made, one line
+        reply, h = ask(proxy, messages)
+        forks.append(h["x-budgeter-session"])
+        assert h["x-budgeter-forked"] == "true" and h["x-budgeter-appended"] == ("8" if i == 0 else "1")
+        messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"v{i}"}]
+    assert len(set(forks)) == 1 and contents(proxy, forks[0]) == [m["content"] for m in messages[:-1]]
+    messages[8] = {"role": "assistant", "content": "r3, edited too"}  # inside the fork, past the first edit
+    _, h = ask(proxy, messages)
+    assert h["x-budgeter-session"] not in ("agent", forks[0])
+    assert contents(proxy, h["x-budgeter-session"]) == [m["content"] for m in messages] + ["r6"]
+    assert contents(proxy, forks[0])[-1] == "r5" and contents(proxy, "agent")[-1] == "r2"
+
+
+def test_a_bounded_memo_drops_the_least_recently_used_past_its_entries_or_bytes():
+    memo: Bounded[str, int] = Bounded(entries=3, max_bytes=100)
+    for i in range(4):
+        memo.put(f"k{i}", i, 10)
+    assert len(memo) == 3 and memo.get("k0") is None and memo.size == 30
+    assert memo.get("k1") == 1  # now the most recently used
+    memo.put("big", 9, 80)  # over 100 bytes: the least recently used go first
+    assert memo.get("k2") is None and memo.get("k1") == 1 and memo.size <= 100
+    memo.put("k1", 1, 101)  # larger than the whole memo: not kept, nor its old value
+    assert memo.get("k1") is None and memo.size == 90 and memo.get("k3") == 3
