@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -84,6 +84,7 @@ def trim(
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
+    one_shot()
     body = read_transcript(input)
     check_reserve(window, reserve)
     repairs: list[Repair] = []
@@ -112,6 +113,14 @@ def trim(
         out = {**body, "messages": wire[0]}
         out.pop("tools", None)
         typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
+
+
+def one_shot() -> None:
+    """A command that loads a tokenizer, counts once and exits: no fastokens twin unless it counts
+    much (``budgeter/tokenizers/twin.py``, ``Later``)."""
+    from budgeter.tokenizers.twin import defer
+
+    defer()
 
 
 def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Message], list[Any]]:
@@ -179,6 +188,7 @@ def render(
     """Print the exact text a count is taken from; the count and the profile's notes go to stderr."""
     from budgeter.tokenizers import resolve
 
+    one_shot()
     body = read_transcript(input)
     repairs: list[Repair] = []
     try:
@@ -352,6 +362,7 @@ def profile(
                 profiles = client.profile(session, tokenizers=tokenizer or [], window=window)
             source = f"{server} session {session}"
         else:
+            one_shot()
             messages, tools = request_of(read_transcript(session), repairs)
             profiles = profile_body(messages, tools, tokenizers=tokenizer or [], window=window, reserve=reserve,
                                     progress=not as_json)
@@ -528,4 +539,19 @@ def main() -> None:
     # transformers says "PyTorch was not found" on import; budgeter never needs PyTorch, and the
     # line would land in every command's output (and break the progress bar).
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    from budgeter.tokenizers import cache
+
+    cache.configure(tokenizer_cache(os.environ))
     app()
+
+
+def tokenizer_cache(env: Mapping[str, str]) -> Path | None:
+    """Where built vocabularies and compiled templates are kept (``budgeter/tokenizers/cache.py``):
+    ``BUDGETER_TOKENIZER_CACHE`` (a folder, or ``off``), else ``$XDG_CACHE_HOME/budgeter/tokenizers``,
+    else ``~/.cache/budgeter/tokenizers``."""
+    value = env.get("BUDGETER_TOKENIZER_CACHE", "").strip()
+    if value.lower() in ("off", "0", "false", "no", "none"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "budgeter" / "tokenizers"
