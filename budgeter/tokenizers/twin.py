@@ -73,6 +73,7 @@ class Later:
         self._args = (tok, pieces)
         self._left = after
         self._lock = threading.Lock()
+        self._twin: Counter | None = None
         self.made = False
 
     def __call__(self, chars: int) -> Counter | None:
