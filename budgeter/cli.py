@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -554,8 +555,9 @@ def main() -> None:
             raise
         # a one-shot command has written its answer: leave without freeing what it loaded (the
         # tokenizer's Rust tables took a sixth of `budgeter trim`'s run to free, bench_flat ready)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # (a reader that went away: `budgeter trim x.json | head`)
+                stream.flush()
         os._exit(exc.code or 0)
 
 
