@@ -309,3 +309,29 @@ def test_commands_without_counting_load_no_vocabulary(args):
     out = subprocess.run([sys.executable, "-c", code, *args], input=stdin.get(args[0], ""), capture_output=True,
                          text=True, check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_budgeter_trim_through_the_cache_setting(tmp_path):
+    """``BUDGETER_TOKENIZER_CACHE``: a folder is filled once and read after (same answer); ``off``
+    and an unwritable folder answer the same and write nothing."""
+    import json
+    import os
+
+    body = tmp_path / "one.json"
+    body.write_text(json.dumps({"messages": [{"role": "user", "content": "hello 上下文 🙏"}]}))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+
+    def trim(setting: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "budgeter", "trim", str(body), "--report", "-"],
+                             env={**os.environ, "BUDGETER_TOKENIZER_CACHE": setting}, capture_output=True,
+                             text=True, check=True)
+        warned = [line for line in out.stderr.splitlines(True) if line.startswith("budgeter: the tokenizer cache")]
+        assert len(warned) == (setting.startswith(str(blocker))), out.stderr  # once, for the unwritable one
+        return out.stdout + "".join(line for line in out.stderr.splitlines(True) if line not in warned)
+
+    folder = tmp_path / "cache"
+    answers = [trim(str(folder)), trim(str(folder)), trim("off"), trim(str(blocker / "cache"))]
+    assert all(a == answers[0] for a in answers), answers
+    assert len(entries(folder, "tiktoken")) == 1 and len(entries(folder, "jinja")) == 1
+    assert not list(tmp_path.glob("**/.tmp-*"))
