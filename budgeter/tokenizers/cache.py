@@ -67,8 +67,14 @@ def file_digest(path: str | Path) -> str:
 
 
 def source_digest(module_file: str | None) -> str:
-    """The hash of one of our modules' source: a change to the code that builds a value is a new key."""
-    return file_digest(module_file) if module_file else ""
+    """The hash of one of our modules' source: a change to the code that builds a value is a new key.
+    A module read from no file (a zip) counts as its package's version."""
+    try:
+        return file_digest(module_file) if module_file else ""
+    except OSError:
+        from importlib.metadata import version
+
+        return f"budgeter=={version('budgeter')}"
 
 
 def fetch(kind: str, source: str, parts: Iterable[str | bytes], build: Callable[[], T]) -> T:
