@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -84,6 +85,7 @@ def trim(
     from budgeter.core.policy import policy_from_dict
     from budgeter.tokenizers import resolve
 
+    one_shot()
     body = read_transcript(input)
     check_reserve(window, reserve)
     repairs: list[Repair] = []
@@ -112,6 +114,19 @@ def trim(
         out = {**body, "messages": wire[0]}
         out.pop("tools", None)
         typer.echo(dumps_text({**out, **({"tools": wire[1]} if wire[1] else {})}, indent=1))
+
+
+def one_shot() -> None:
+    """A command that loads a tokenizer, counts once and exits: no fastokens twin unless it counts
+    much (``budgeter/tokenizers/twin.py``, ``Later``), and no clean-up at exit (``main``)."""
+    global _one_shot
+    from budgeter.tokenizers.twin import defer
+
+    defer()
+    _one_shot = True
+
+
+_one_shot = False
 
 
 def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Message], list[Any]]:
@@ -179,6 +194,7 @@ def render(
     """Print the exact text a count is taken from; the count and the profile's notes go to stderr."""
     from budgeter.tokenizers import resolve
 
+    one_shot()
     body = read_transcript(input)
     repairs: list[Repair] = []
     try:
@@ -352,6 +368,7 @@ def profile(
                 profiles = client.profile(session, tokenizers=tokenizer or [], window=window)
             source = f"{server} session {session}"
         else:
+            one_shot()
             messages, tools = request_of(read_transcript(session), repairs)
             profiles = profile_body(messages, tools, tokenizers=tokenizer or [], window=window, reserve=reserve,
                                     progress=not as_json)
@@ -528,4 +545,29 @@ def main() -> None:
     # transformers says "PyTorch was not found" on import; budgeter never needs PyTorch, and the
     # line would land in every command's output (and break the progress bar).
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    app()
+    from budgeter.tokenizers import cache
+
+    cache.configure(tokenizer_cache(os.environ))
+    try:
+        app()
+    except SystemExit as exc:
+        if not _one_shot or not isinstance(exc.code, int | None):
+            raise
+        # a one-shot command has written its answer: leave without freeing what it loaded (the
+        # tokenizer's Rust tables took a sixth of `budgeter trim`'s run to free, bench_flat ready)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # (a reader that went away: `budgeter trim x.json | head`)
+                stream.flush()
+        os._exit(exc.code or 0)
+
+
+def tokenizer_cache(env: Mapping[str, str]) -> Path | None:
+    """Where built vocabularies and compiled templates are kept (``budgeter/tokenizers/cache.py``):
+    ``BUDGETER_TOKENIZER_CACHE`` (a folder, or ``off``), else ``$XDG_CACHE_HOME/budgeter/tokenizers``,
+    else ``~/.cache/budgeter/tokenizers``."""
+    value = env.get("BUDGETER_TOKENIZER_CACHE", "").strip()
+    if value.lower() in ("off", "0", "false", "no", "none"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "budgeter" / "tokenizers"

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,12 @@ hypothesis_settings.register_profile("budgeter", deadline=None, suppress_health_
 hypothesis_settings.load_profile("budgeter")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "tokenizers"
+
+# The `python -m budgeter` processes the tests start keep built tokenizers in a folder of this run
+# (``budgeter/tokenizers/cache.py``), not in the user's cache; a test that needs another sets its own.
+_TOKENIZER_CACHE = tempfile.mkdtemp(prefix="budgeter-tests-tokenizers-")
+os.environ.setdefault("BUDGETER_TOKENIZER_CACHE", _TOKENIZER_CACHE)
+atexit.register(shutil.rmtree, _TOKENIZER_CACHE, True)
 
 
 def shared_tokenizer(name: str) -> str:

@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from budgeter.tokenizers import cache
 from budgeter.tokenizers.promoted import promoted
-from budgeter.tokenizers.twin import _byte_alphabet, state, twin
+from budgeter.tokenizers.twin import LATER_CHARS, Later, _byte_alphabet, deferred, state, twin
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -59,9 +60,14 @@ class HFTokenizer:
         self._pattern = "|".join([*parts, plain] if plain else parts)
         self.specials = tuple(a.content for a in tok.get_added_tokens_decoder().values())
         split = re.compile(f"({self._pattern})").split if self._pattern else None
-        self._fast = twin(tok, (lambda text: split(text)[0::2]) if split is not None else None)
+        pieces = (lambda text: split(text)[0::2]) if split is not None else None
+        self._later: Later | None = Later(tok, pieces) if deferred() else None
+        self._fast = twin(tok, pieces) if self._later is None else None
         self.note = ("count backend: fastokens twin of the tokenizer.json (ids checked equal at load)"
                      if self._fast is not None else "count backend: Hugging Face tokenizers")
+        if self._later is not None:
+            self.note += (f" (a fastokens twin, its ids checked equal when made, counts once this process "
+                          f"has counted {LATER_CHARS:,} characters)")
         if unnormalized:
             self.note += ("; the tokenizer's NFC normalizer is not applied, as the server applies none "
                           "(text NFC would change, such as decomposed accents, counts as the server reads it)")
@@ -77,8 +83,13 @@ class HFTokenizer:
         return cls(Tokenizer.from_file(path), name=name, nfc=nfc, promote=promote)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if self._fast is not None:
-            return [self._fast(t) for t in texts]
+        fast, later = self._fast, self._later
+        if later is not None:
+            fast = self._fast = later(sum(len(t) for t in texts))
+            if later.made:
+                self._later = None
+        if fast is not None:
+            return [fast(t) for t in texts]
         encode = self._tok.encode
         return [len(encode(t, add_special_tokens=False).ids) for t in texts]
 
@@ -93,8 +104,9 @@ def _promote(tok: Any) -> list[str]:
     """Add the entries llama.cpp makes special to ``tok`` as special tokens (the same ids)."""
     from tokenizers import AddedToken
 
-    vocab = tok.get_vocab(with_added_tokens=False)
-    found = promoted(vocab.__contains__, {a.content for a in tok.get_added_tokens_decoder().values()})
+    model = tok.model  # (its entries only, not the added tokens; no copy of a 262K-entry vocabulary)
+    found = promoted(lambda text: model.token_to_id(text) is not None,
+                     {a.content for a in tok.get_added_tokens_decoder().values()})
     if found:
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in found])
     return found
@@ -140,13 +152,34 @@ O200K_PATTERN = "|".join([
 ])
 
 
+def load_ranks(path: str) -> dict[bytes, int]:
+    """A ``.tiktoken`` file's ranks as tiktoken's ``load_tiktoken_bpe`` parses them, through the
+    tokenizer cache: parsing the built-in vocabulary's 248K base64 lines was a quarter of
+    ``budgeter trim``'s start (``bench_flat``, ready). Keyed by the file's hash, tiktoken's version
+    and this module's code."""
+    import tiktoken
+
+    digest = cache.file_digest(path)
+
+    def build() -> tuple[list[bytes], list[int] | None]:
+        from tiktoken.load import load_tiktoken_bpe
+
+        # the hash: tiktoken keeps a copy of every file it reads, by path, in a temporary folder,
+        # and without it would read that copy after the file changed
+        ranks = load_tiktoken_bpe(path, expected_hash=digest)
+        values = list(ranks.values())
+        return list(ranks), None if values == list(range(len(values))) else values
+
+    tokens, values = cache.fetch("tiktoken", digest, [tiktoken.__version__, cache.source_digest(__file__)], build)
+    return dict(zip(tokens, values if values is not None else range(len(tokens)), strict=True))
+
+
 def tiktoken_file(path: str, *, name: str, pattern: str = O200K_PATTERN,
                   specials: Sequence[str] = ()) -> TiktokenTokenizer:
     """A ``.tiktoken`` vocabulary; special tokens get the ids after the largest rank."""
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(path)
+    ranks = load_ranks(path)
     start = max(ranks.values()) + 1
     enc = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks,
                             special_tokens={t: start + i for i, t in enumerate(specials)})

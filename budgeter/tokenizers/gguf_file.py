@@ -11,6 +11,10 @@ The chat template comes from ``tokenizer.chat_template``; kinds neither knows ra
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,22 @@ def gguf_value(reader: Any, key: str) -> Any:
 
 
 def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
-    """(tokenizers.Tokenizer, chat template or None, special-token variables)."""
+    """(tokenizers.Tokenizer, chat template or None, special-token variables), through the
+    tokenizer cache: building a 262K-token SentencePiece vocabulary (reading its metadata with
+    ``gguf``, transformers' converter) took seconds at every load (``bench_flat``, ready). Keyed
+    by the hash of the file's metadata section (where the tokenizer and template are; the weights
+    after it do not count), the versions of gguf, transformers and tokenizers, and this module's
+    code; the stored tokenizer was checked, when built, to serialize exactly as the one built."""
+    from budgeter.tokenizers import cache
+
+    if cache.location() is None or (digest := metadata_digest(path)) is None:
+        return _load_gguf(path)
+    packed = cache.fetch("gguf", digest, [*_versions(), cache.source_digest(__file__)],
+                         lambda: _pack(*_load_gguf(path)))
+    return _unpack(packed)
+
+
+def _load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
     try:
         from gguf import GGUFReader
     except ImportError as exc:
@@ -136,3 +155,128 @@ def _byte_level_bpe(tokens: list[str], types: list[int], merges: list[str], spli
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for _, t in special])
     return tok
+
+
+def _versions() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for dist in ("gguf", "transformers", "tokenizers"):
+        try:
+            found.append(f"{dist}=={version(dist)}")
+        except PackageNotFoundError:
+            found.append(f"{dist} absent")
+    return found
+
+
+_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+"""Bytes of each fixed-size GGUF value type (8 is a string, 9 an array)."""
+
+
+def metadata_digest(path: Path) -> str | None:
+    """The SHA-256 of a GGUF file's header and metadata (key-value) section, which hold its
+    tokenizer and chat template; None when it is not a little-endian GGUF v2/v3 file read here
+    (then nothing is cached)."""
+    import hashlib
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return hashlib.sha256(m[:_metadata_end(m)]).hexdigest()
+    except (OSError, ValueError, KeyError, IndexError, OverflowError, struct.error):
+        return None
+
+
+def _metadata_end(buf: Any) -> int:
+    u32, u64 = struct.Struct("<I").unpack_from, struct.Struct("<Q").unpack_from
+    if buf[:4] != b"GGUF" or u32(buf, 4)[0] not in (2, 3):
+        raise ValueError("not a little-endian GGUF v2/v3 file")
+    off = 24
+    for _ in range(u64(buf, 16)[0]):
+        off += 8 + u64(buf, off)[0]
+        off = _skip_value(buf, off + 4, u32(buf, off)[0], u32, u64)
+    if off > len(buf):
+        raise ValueError("truncated GGUF metadata")
+    return off
+
+
+def _skip_value(buf: Any, off: int, kind: int, u32: Any, u64: Any) -> int:
+    if kind == 8:
+        return off + 8 + int(u64(buf, off)[0])
+    if kind != 9:
+        return off + _SIZES[kind]
+    item, count = u32(buf, off)[0], u64(buf, off + 4)[0]
+    off += 12
+    if item == 8:
+        for _ in range(count):
+            off += 8 + u64(buf, off)[0]
+        return off
+    if item == 9:
+        for _ in range(count):
+            off = _skip_value(buf, off, 9, u32, u64)
+        return off
+    return off + count * _SIZES[item]
+
+
+_SEP = "\x00"
+"""Joins the vocabulary's and the merges' texts in a cache entry: one string splits into a million
+in a fraction of the time ``marshal`` takes to read them one by one (``bench_flat``, ready)."""
+
+
+def _pack(tok: Any, template: str | None, variables: dict[str, str]) -> tuple[Any, ...]:
+    """``load_gguf``'s result as a cache value. A BPE tokenizer is kept as its JSON without the
+    vocabulary, merges and added tokens, plus those as plain strings and lists, which ``tokenizers`` builds in
+    about half the time it parses them from JSON (``bench_flat``, ready); kept so only when the
+    tokenizer made back from it serializes exactly as ``tok`` does, else as ``tok``'s JSON."""
+    import json
+
+    source = tok.to_str()
+    state = json.loads(source)
+    model = state["model"]
+    merges = model.get("merges")
+    if model.get("type") == "BPE" and isinstance(merges, list) and all(isinstance(m, list) for m in merges):
+        options = {k: v for k, v in model.items() if k not in ("type", "vocab", "merges") and v is not None}
+        skeleton = json.dumps({**state, "added_tokens": [], "model": {**model, "vocab": {}, "merges": []}},
+                              ensure_ascii=False)
+        added = [(a["content"], a["single_word"], a["lstrip"], a["rstrip"], a["normalized"], a["special"])
+                 for a in state["added_tokens"]]
+        vocab = model["vocab"]
+        if not any(_SEP in t for t in vocab):
+            packed = ("bpe", skeleton, _SEP.join(vocab), list(vocab.values()),
+                      _SEP.join(p for m in merges for p in m), options, added, template, variables)
+            if _unpack(packed)[0].to_str() == source:
+                return packed
+    return ("json", source, template, variables)
+
+
+def _unpack(packed: tuple[Any, ...]) -> tuple[Any, str | None, dict[str, str]]:
+    from tokenizers import AddedToken, Tokenizer, models
+
+    if packed[0] == "bpe":
+        _, skeleton, tokens, ids, joined, options, added, template, variables = packed
+        with _no_gc():
+            parts = joined.split(_SEP) if joined else []
+            merges = list(zip(parts[0::2], parts[1::2], strict=True))
+        tok = Tokenizer.from_str(skeleton)
+        tok.model = models.BPE(vocab=dict(zip(tokens.split(_SEP), ids, strict=True)), merges=merges, **options)
+        # added after the model, as the JSON loader adds them: an added token whose text is also
+        # a vocabulary entry takes that entry's id
+        tok.add_tokens([AddedToken(content, single_word=single_word, lstrip=lstrip, rstrip=rstrip,
+                                   normalized=normalized, special=special)
+                        for content, single_word, lstrip, rstrip, normalized, special in added])
+        return tok, template, variables
+    _, source, template, variables = packed
+    return Tokenizer.from_str(source), template, variables
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The garbage collector paused while half a million merge pairs are made: each allocation
+    burst otherwise sets off collections that walk them all again, tripling the time (``bench_flat``)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

