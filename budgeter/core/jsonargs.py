@@ -74,16 +74,9 @@ def loads(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
         else:
-            long = _LONG_DIGITS_BYTES.search(text) if isinstance(text, bytes) else _LONG_DIGITS.search(text)
-            if long is None or not _wide_float(value):  # (a search in C, for most texts)
+            if not _wide_float(value):
                 return value
     return json.loads(text)
-
-
-_LONG_DIGITS = re.compile("[0-9]{19}")
-"""An integer outside the 64-bit ones is written with at least 19 digits: without such a run the
-walk over every value for a wide float is skipped (it cost ~0.25 ms a proxy turn: ``bench_proxy``)."""
-_LONG_DIGITS_BYTES = re.compile(b"[0-9]{19}")
 
 
 def _wide_float(value: Any) -> bool:
