@@ -1,7 +1,7 @@
 """Cold and flat: start-up to ready per command, and whole-process CPU per turn by history size.
 
     python -m tests.bench.bench_flat [--sizes 10000 100000 1000000 2000000] [--turns 40]
-                                     [--only ready serve proxy]
+                                     [--only ready serve]
 
 - **ready**: wall time from the command's start to its answer or readiness, a fresh process
   each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file,
@@ -16,9 +16,8 @@
   of each size, their turns interleaved. Per turn, the server process's CPU, every thread
   (``/proc/PID/task/*/schedstat``, nanoseconds), read around the call: p50 / p90, and the p50's
   ratio to the 100K session's.
-- **proxy**: ``budgeter proxy`` (SQLite) in front of a scripted upstream, each turn sending the
-  whole history as an OpenAI client does; overhead = the request through the proxy minus the same
-  request straight to the upstream, and the proxy process's CPU per turn.
+- The proxy's growth with history (overhead and the proxy process's CPU per turn, 10K to 2M chars):
+  ``python -m tests.bench.bench_proxy --growth``.
 """
 
 from __future__ import annotations
@@ -189,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cold-repeat", type=int, default=2, help="Runs with an empty tokenizer cache.")
-    ap.add_argument("--only", nargs="+", default=["ready", "serve", "proxy"])
+    ap.add_argument("--only", nargs="+", choices=["ready", "serve"], default=["ready", "serve"])
     a = ap.parse_args(argv)
     print(" ".join(["    python -m tests.bench.bench_flat", *argv]))
     print(f"\nMachine: {os.cpu_count()} cores; sum(range(10**7)) in {gauge():.3f} s before the run.")
