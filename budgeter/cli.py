@@ -118,15 +118,11 @@ def trim(
 
 def one_shot() -> None:
     """A command that loads a tokenizer, counts once and exits: no fastokens twin unless it counts
-    much (``budgeter/tokenizers/twin.py``, ``Later``), and no clean-up at exit (``main``)."""
-    global _one_shot
+    much (``budgeter/tokenizers/twin.py``, ``Later``), and no clean-up at exit (``main`` reads
+    ``twin.deferred()``)."""
     from budgeter.tokenizers.twin import defer
 
     defer()
-    _one_shot = True
-
-
-_one_shot = False
 
 
 def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Message], list[Any]]:
@@ -551,7 +547,9 @@ def main() -> None:
     try:
         app()
     except SystemExit as exc:
-        if not _one_shot or not isinstance(exc.code, int | None):
+        from budgeter.tokenizers.twin import deferred  # (set by ``one_shot``; stdlib imports only)
+
+        if not deferred() or not isinstance(exc.code, int | None):
             raise
         # a one-shot command has written its answer: leave without freeing what it loaded (the
         # tokenizer's Rust tables took a sixth of `budgeter trim`'s run to free, bench_flat ready)
