@@ -103,10 +103,10 @@ class Engine:
         self._settled = False
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
-        self._received_memo = RenderMemo(tail=True)
+        self._received_memo = RenderMemo(tail=True, peer=self._memo)
+        """The previous render of the history as received (``tokens_before``)."""
         self._summed: tuple[View | None, int] = (None, 0)
         """The last view a build summed the costs of, and the sum (``Context.summed``)."""
-        """The previous render of the history as received (``tokens_before``)."""
 
     def payload(self, handle: str) -> str:
         """What ``handle`` stands for in a prompt: an elided payload, or the messages a digest

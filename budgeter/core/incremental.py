@@ -83,6 +83,13 @@ class RenderMemo:
     pending: bool = False
     """A full render's anchors are still to be found: by the next build that looks for them, not
     by the build that rendered in full (the slowest builds: those that compacted the prompt)."""
+    window: tuple[Dicts, Dicts, Sequence[Mapping[str, Any]], tuple[Any, ...], str] | None = None
+    """The last window rendered here: its head, messages, tools, date variables (``stamp``) and its
+    text after the head."""
+    peer: RenderMemo | None = field(default=None, repr=False, compare=False)
+    """The memo rendered just before this one in a build, whose window this one takes when its own
+    is the same: the history as received mostly ends with the prompt's last turns, so about half of
+    the builds render one window instead of two (``bench_flat``)."""
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:
@@ -249,7 +256,7 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     head = _head(dicts, at)
     b = memo.base
     over = memo.text[memo.anchors[at] - b:memo.anchors[end] - b]
-    whole = _tail_text(render_fn, memo, head, dicts[at:], True)
+    whole = _window(render_fn, memo, head, dicts[at:], tools)
     gen = state.gen_suffix(render_fn, head)
     if whole is None or gen is None or not whole.startswith(over) or not whole.endswith(gen):
         return None
@@ -265,6 +272,20 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     anchors[end] = same
     anchors[len(dicts)] = cut + len(text) - len(gen)
     return total, text, anchors, cut
+
+
+def _window(render_fn: Render, memo: RenderMemo, head: Dicts, part: Dicts,
+            tools: Sequence[Mapping[str, Any]]) -> str | None:
+    """``_tail_text`` of ``part`` with the generation prompt, or the peer's when the peer rendered
+    the same window (same head, messages, tools and date variables) in this build."""
+    seen = memo.peer.window if memo.peer is not None else None
+    if (seen is not None and seen[3] == memo.stamp and (seen[2] is tools or seen[2] == tools)
+            and seen[0] == head and seen[1] == part):
+        memo.window = seen
+        return seen[4]
+    whole = _tail_text(render_fn, memo, head, part, True)
+    memo.window = (head, part, tools, memo.stamp, whole) if whole is not None else None
+    return whole
 
 
 def _reasoning_before(memo: RenderMemo, dicts: Dicts, at: int, same: int) -> bool:

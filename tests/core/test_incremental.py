@@ -127,6 +127,34 @@ def test_most_turns_of_an_agent_session_render_only_a_window(counter):
         assert len(received.text) < len(counter.render(list(session.history), body["tools"])) / 2
 
 
+def test_the_history_takes_the_prompts_window_when_it_is_the_same():
+    """Once the prompt is compacted, the history as received is rendered too; where its window
+    (head, messages, tools) is the prompt's of the same build it is not rendered again, and the
+    history's count stays the full render's."""
+    from budgeter.core.messages import from_openai
+    from tests.bench.bench_service import turns as split
+    from tests.bench.sessions import make_session
+
+    counter = resolve("qwen3.6")
+    body = make_session(3, chars=200_000)
+    session = Engine(counter, policy=Policy(window=16_000, reserve=512), tools=body["tools"])
+    received, rendered, taken = session._received_memo, 0, 0
+    for turn in split(body["messages"]):
+        session.append([from_openai(m) for m in turn])
+        builds = received.builds
+        windows = counter.windowed.windowed
+        result = session.build()
+        if received.builds == builds:  # the prompt was the history itself: nothing rendered
+            continue
+        rendered += 1
+        shared = received.window is not None and received.window is session._memo.window
+        if shared:
+            taken += 1
+            assert counter.windowed.windowed == windows + 2  # the prompt's window and the history's
+            assert result.tokens_before == counter.count_prompt(list(session.history), body["tools"])
+    assert rendered > 20 and taken >= rendered // 4, (taken, rendered)
+
+
 def test_a_full_render_leaves_finding_its_anchors_to_the_next_build():
     """The build that renders in full (a compacting build, the slowest of a session) does not
     look for the next turn's anchors; the next build finds them, renders a window, and both
