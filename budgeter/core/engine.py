@@ -97,6 +97,9 @@ class Engine:
         self._plan: View = ()
         self._planned = 0
         self._last: tuple[Message, ...] = ()
+        self._last_handles: list[tuple[str, ...]] = []
+        """The handles of each message of the previous prompt: a build looks up only the messages
+        after those it shares with it (a prompt holds hundreds in a long session: ``bench_flat``)."""
         self._last_text: str = ""
         self.builds = 0
         self._memo = RenderMemo()
@@ -191,8 +194,9 @@ class Engine:
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        handles = prompt_handles(messages)
-        self._last, self._last_text = messages, ctx.text
+        found = self._last_handles[:same] + list(map(message_handles, messages[same:]))
+        handles = tuple(sorted(set(itertools.chain.from_iterable(found))))
+        self._last, self._last_text, self._last_handles = messages, ctx.text, found
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
@@ -217,21 +221,13 @@ _handles_memo: CharMemo[Message, tuple[str, ...]] = CharMemo()
 
 
 def message_handles(m: Message) -> tuple[str, ...]:
-    """Handles in one message's markers (memoized: prompts repeat the previous prompt's messages)."""
+    """Handles in one message's markers (memoized: a compacted prompt's messages are new objects
+    that other prompts of the session may hold again)."""
     found = _handles_memo.get(m)
     if found is None:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]
         found = _handles_memo.put(m, tuple(h for t in texts if contains_marker(t) for h in handles_in(t)), m.size)
     return found
-
-
-def prompt_handles(messages: Sequence[Message]) -> tuple[str, ...]:
-    """The handles in a prompt's markers, sorted. Looked up in C where memoized (a prompt repeats
-    the previous one's messages, hundreds in a long session: ``bench_flat``)."""
-    found = list(map(_handles_memo.get, messages))
-    if None in found:
-        found = [f if f is not None else message_handles(m) for f, m in zip(found, messages, strict=True)]
-    return tuple(sorted(set(itertools.chain.from_iterable(found))))  # type: ignore[arg-type]
 
 
 def trim(messages: Sequence[Message], *, counter: PromptCounter, tools: Sequence[JSONDict] = (),

@@ -175,6 +175,10 @@ def test_hygiene_invariants(qwen36, raw):
     assert not once.compacted
     last = results[-1]
     assert last.messages == once.messages  # the same folds turn by turn as at once
+    for r in results:  # each build names exactly the handles its prompt holds (those it shares
+        present = {h for m in r.messages  # with the previous prompt are not looked up again)
+                   for t in [m.content, *(c.arguments for c in m.tool_calls)] for h in handles_in(t)}
+        assert set(r.handles) == present and list(r.handles) == sorted(r.handles)
     for m in last.messages:
         for text in [m.content, *(c.arguments for c in m.tool_calls)]:
             for h in handles_in(text):
