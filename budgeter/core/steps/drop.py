@@ -17,6 +17,7 @@ from dataclasses import replace
 from budgeter.core.chains import Link, list_handle
 from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handles_in, marker
+from budgeter.core.memo import CharMemo
 from budgeter.core.messages import INSTRUCTIONS, Message, to_openai
 from budgeter.core.pipeline import (
     Action,
@@ -85,10 +86,20 @@ def _own_handle(digest: Item) -> str:
     return handles_in(digest.message.content)[-1]
 
 
+_json: CharMemo[Message, str] = CharMemo()
+
+
+def _as_json(m: Message) -> str:
+    """A history message as a digest's payload holds it. Memoized: each compaction's digest covers
+    every message dropped so far, most of them the previous digest's (``bench_flat``'s 1M turns)."""
+    text = _json.get(m)
+    return text if text is not None else _json.put(m, dumps(to_openai(m, extensions=True)), m.size)
+
+
 def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None) -> Message:
     """``base``: the digest this one extends; the new payload is a link to its payload, holding
     only the messages it lacks."""
-    items = [dumps(to_openai(ctx.history[i], extensions=True)) for i in covers]
+    items = [_as_json(ctx.history[i]) for i in covers]
     handle = list_handle(items)
     held = set(base.covers) if base is not None else set()
     ctx.links[handle] = Link(_own_handle(base) if base is not None else "",
