@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.jsonargs import loads
 from budgeter.core.messages import Message, ToolCall
+from budgeter.proxy.intake import loads
 from budgeter.proxy.sse import SSEParser
 
 

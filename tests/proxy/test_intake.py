@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from budgeter.core.messages import Message
 from budgeter.errors import InvalidInput
@@ -231,3 +233,40 @@ def test_a_bounded_memo_drops_the_least_recently_used_past_its_entries_or_bytes(
     assert memo.get("k2") is None and memo.get("k1") == 1 and memo.size <= 100
     memo.put("k1", 1, 101)  # larger than the whole memo: not kept, nor its old value
     assert memo.get("k1") is None and memo.size == 90 and memo.get("k3") == 3
+
+
+_LEAVES = (st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=False)
+           | st.text(alphabet=st.characters(codec="utf-8")))
+_VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+_ODD = ['{"a": NaN}', '{"a": 1e400}', '[-Infinity]', '"\\ud800"', '{"x": "\\udfff", "y": 12345678901234567890123}',
+        '[' * 5000 + ']' * 5000, '{"a": 1, "a": 2}', '{"a": 1', '\xff', '']
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES, st.sampled_from(["json", "bytes", "raw"]))
+def test_intake_reads_json_as_jsonargs_reads_it(value, form):
+    """msgspec reads what ``jsonargs.loads`` reads, to the same value (integers past 64 bits
+    included)."""
+    import msgspec
+
+    from budgeter.core.jsonargs import loads as reference
+    from budgeter.proxy.intake import loads
+
+    text = json.dumps(value)
+    data = {"json": text, "bytes": text.encode(), "raw": msgspec.Raw(text.encode())}[form]
+    assert loads(data) == reference(text) and json.dumps(loads(data)) == text
+
+
+@pytest.mark.parametrize("odd", _ODD)
+def test_what_msgspec_refuses_jsonargs_reads_or_refuses_as_before(odd):
+    from budgeter.core.jsonargs import loads as reference
+    from budgeter.proxy.intake import loads
+
+    def outcome(read: Any) -> tuple[str, Any]:
+        try:
+            return "value", json.dumps(read(odd))
+        except (ValueError, RecursionError) as exc:
+            return "error", type(exc)
+
+    assert outcome(loads) == outcome(reference)
