@@ -526,7 +526,7 @@ def shared_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix of two strings (binary search over C-level compares).
     ``startswith`` compares in place, where a slice would copy (a prompt's text, hundreds of
     kilobytes where it holds a character past Latin-1): a prompt that extends the previous one
-    costs one compare and no copy, and a search one slice per step (``bench_flat``)."""
+    costs one compare and no copy, and a search one slice per step (``bench_instructions``)."""
     n = min(len(a), len(b))
     if a.startswith(b) if len(a) >= len(b) else b.startswith(a):
         return n

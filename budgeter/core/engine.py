@@ -99,7 +99,7 @@ class Engine:
         self._last: tuple[Message, ...] = ()
         self._last_handles: list[tuple[str, ...]] = []
         """The handles of each message of the previous prompt: a build looks up only the messages
-        after those it shares with it (a prompt holds hundreds in a long session: ``bench_flat``)."""
+        after those it shares with it (a prompt holds hundreds in a long session: ``bench_instructions``)."""
         self._last_text: str = ""
         self.builds = 0
         self._memo = RenderMemo()
@@ -221,8 +221,8 @@ _handles_memo: CharMemo[Message, tuple[str, ...]] = CharMemo()
 
 
 def message_handles(m: Message) -> tuple[str, ...]:
-    """Handles in one message's markers (memoized: a compacted prompt's messages are new objects
-    that other prompts of the session may hold again)."""
+    """Handles in one message's markers (memoized: after a compaction, a prompt shares few leading
+    messages with the previous one but holds most of its messages again)."""
     found = _handles_memo.get(m)
     if found is None:
         texts = [m.content, *(c.arguments for c in m.tool_calls)]

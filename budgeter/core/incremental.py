@@ -89,7 +89,7 @@ class RenderMemo:
     peer: RenderMemo | None = field(default=None, repr=False, compare=False)
     """The memo rendered just before this one in a build, whose window this one takes when its own
     is the same: the history as received mostly ends with the prompt's last turns, so about half of
-    the builds render one window instead of two (``bench_flat``)."""
+    the builds render one window instead of two (``bench_instructions``)."""
 
     def bare(self, render: Render, head: Dicts) -> str:
         if self.head_text is None or head != self.head:

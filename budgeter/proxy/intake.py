@@ -32,8 +32,8 @@ _VALUE = msgspec.json.Decoder()
 
 def loads(data: bytes | str | msgspec.Raw) -> Any:
     """``jsonargs.loads(data)``, read by msgspec: it reads an integer past 64 bits exactly, where
-    orjson makes it a float that ``jsonargs.loads`` then walks the whole value to catch, a third of
-    the time of reading a request's tools, a new message or a streamed chunk (``bench_proxy``).
+    orjson makes it a float that ``jsonargs.loads`` then walks the whole value to catch; the walk
+    is two thirds of reading a request's tools, a new message or a streamed chunk (``bench_proxy``).
     What msgspec refuses (NaN, 1e400, a lone surrogate escape, a nesting it will not follow) is
     read, or refused, by ``jsonargs.loads`` as before."""
     try:

@@ -91,7 +91,7 @@ _json: CharMemo[Message, str] = CharMemo()
 
 def _as_json(m: Message) -> str:
     """A history message as a digest's payload holds it. Memoized: each compaction's digest covers
-    every message dropped so far, most of them the previous digest's (``bench_flat``'s 1M turns)."""
+    every message dropped so far, most of them the previous digest's (``bench_instructions``, 1M)."""
     text = _json.get(m)
     return text if text is not None else _json.put(m, dumps(to_openai(m, extensions=True)), m.size)
 
