@@ -19,9 +19,10 @@ It is taken only when it is checked on the spot:
   template drops earlier reasoning once a user speaks, no message before it carries reasoning.
 
 Otherwise the whole conversation is rendered, and anchors for the next turn are found (and
-checked) the same way, by the next build before it looks for a window. ``audit_every`` builds
-also render in full and compare; a difference turns the window off for the profile for good
-(``Windowed.off``). A template that reads the date renders whole when the date changes (it sits
+checked) the same way, by the next build before it looks for a window. Every ``audit_every``-th
+build (for the history as received, more apart the longer it is: ``AUDIT_CHARS``) also renders in
+full and compares; a difference turns the window off for the profile for good (``Windowed.off``).
+A template that reads the date renders whole when the date changes (it sits
 before any window); one that reads the clock (``strftime_now``) always renders whole.
 """
 
@@ -47,6 +48,12 @@ the list stays short in a long session that never compacts."""
 TAIL_KEEP = 4
 """Anchors a ``tail`` memo keeps: the history as received only grows at its end, so windows start
 near it, and the text before the oldest anchor kept is let go."""
+AUDIT_CHARS = 1 << 17
+"""About a 32K-token prompt's text. The history as received is audited as often per character as
+a prompt: a full render of a 1M-char history every ``audit_every`` builds was a tenth of a
+turn's mean cost there, and the build that made it one of the slowest (``bench_instructions``).
+The prompt's audits, of the same template and windows, go on at every size, and a difference
+found by either turns windows off for the profile."""
 Dicts = list[dict[str, Any]]
 Render = Callable[[Dicts, bool], str]
 """(template-ready messages, add_generation_prompt) -> text."""
@@ -197,7 +204,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     if got is not None:
         state.windowed += 1
         total, text, anchors, base = got
-        if memo.builds % state.audit_every == 0:
+        if memo.builds % _audit_every(state, memo) == 0:
             full = render_fn(dicts, True)
             if full[base:] != text or count(full) != total:
                 state.off = "a windowed render differed from the full render: full renders from now on"
@@ -213,6 +220,15 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.stamp = stamp
     memo.pending = got is None and worth
     return total, text
+
+
+def _audit_every(state: Windowed, memo: RenderMemo) -> int:
+    """Builds between two audits of ``memo``: ``audit_every``, and for a ``tail`` memo (the history
+    as received) that many times each ``AUDIT_CHARS`` of its text, so that it costs about what a
+    prompt's audit costs per build, whatever the history's length."""
+    if not memo.tail:
+        return state.audit_every
+    return state.audit_every * max(1, (memo.base + len(memo.text)) // AUDIT_CHARS)
 
 
 def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]], text: str,
