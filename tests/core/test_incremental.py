@@ -156,9 +156,10 @@ def test_the_history_takes_the_prompts_window_when_it_is_the_same():
     assert rendered > 20 and taken >= rendered // 4, (taken, rendered)
 
 
-def _history_audits(monkeypatch, audit_chars: int) -> tuple[int, int]:
-    """(audits of the history as received, builds that rendered it) over a session whose
-    prompt is compacted, with audits every 4 builds and ``AUDIT_CHARS`` = ``audit_chars``."""
+def _audits(monkeypatch, audit_chars: int) -> tuple[int, int, int]:
+    """(audits of the history as received, audits of the prompt, builds that rendered the history)
+    over a session whose prompt is compacted, with audits every 4 builds and ``AUDIT_CHARS`` =
+    ``audit_chars``."""
     from budgeter.core import incremental
     from budgeter.core.messages import from_openai
     from tests.bench.bench_service import turns as split
@@ -170,14 +171,14 @@ def _history_audits(monkeypatch, audit_chars: int) -> tuple[int, int]:
     body = held_out(201, 300_000)
     session = Engine(counter, policy=Policy(window=16_000, reserve=512), tools=body["tools"])
     render = counter.format.render
-    whole, built = [0], 0
+    audits, built = {True: 0, False: 0}, 0
 
     def counted(dicts, tools, *, add_generation_prompt=True):
         frame = sys._getframe(1)
         while frame is not None and frame.f_code is not incremental.render.__code__:
             frame = frame.f_back
-        if frame is not None and frame.f_locals["memo"].tail and frame.f_locals.get("got") is not None:
-            whole[0] += 1  # an audit (a whole render after a window) of the history as received
+        if frame is not None and frame.f_locals.get("got") is not None:  # a whole render after a window
+            audits[frame.f_locals["memo"].tail] += 1
         return render(dicts, tools, add_generation_prompt=add_generation_prompt)
 
     monkeypatch.setattr(counter.format, "render", counted)
@@ -191,16 +192,17 @@ def _history_audits(monkeypatch, audit_chars: int) -> tuple[int, int]:
             if received.builds % 5 == 0:  # its count stays the full render's
                 assert result.tokens_before == counter.count_prompt(list(session.history), body["tools"])
     monkeypatch.undo()
-    return whole[0], built
+    return audits[True], audits[False], built
 
 
 def test_a_long_history_as_received_is_audited_as_often_per_character_as_a_prompt(monkeypatch):
     """The prompt is audited every ``audit_every`` builds at any size; the history as received
     (up to 300K characters here) every ``audit_every`` builds per ``AUDIT_CHARS`` of its text."""
-    every_build, built = _history_audits(monkeypatch, 1 << 40)  # as often as a prompt
-    per_chars, _ = _history_audits(monkeypatch, 20_000)
+    every_build, prompt, built = _audits(monkeypatch, 1 << 40)  # as often as a prompt
+    per_chars, prompt_then, _ = _audits(monkeypatch, 20_000)
     assert built > 30 and every_build >= built // 4 - 1, (every_build, built)
     assert 1 <= per_chars <= every_build // 2, (per_chars, every_build)
+    assert prompt == prompt_then > 0  # the prompt's audits are as they were
 
 
 def test_a_full_render_leaves_finding_its_anchors_to_the_next_build():
