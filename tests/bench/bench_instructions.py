@@ -3,8 +3,8 @@ does not move with the machine's load or speed, for comparing two trees on a bus
 
     python -m tests.bench.bench_instructions [--sizes 100000 1000000] [--turns 40]
 
-For each size, a child process replays a held-out session (``peers.session``, the sessions of
-``bench_flat``) through the session layer both front doors share, one call a turn as
+For each size, a child process replays a held-out session (``peers.session``, as ``bench_flat``
+draws them; seed 200 at every size) through the session layer both front doors share, one call a turn as
 ``BuildPrompt`` does it (parse the turn's messages, ``Sessions.append``, ``Sessions.build`` after
 it), on the memory store with the default tokenizer, settled as ``budgeter serve`` settles. The
 session is replayed twice (the first warms the process) and the second's last ``--turns`` turns are
@@ -12,8 +12,8 @@ counted: the child runs under ``valgrind --tool=callgrind`` with collection off,
 each counted turn and dumped after it (callgrind's client requests, from a helper compiled here with
 the system's gcc and valgrind headers). Prints each size's instructions per turn, p50 / p90 / mean,
 and the p50's ratio to the smallest size's (hash seed fixed: a tree's counts repeat within a
-fraction of a percent). gRPC's own cost per call is not in it (``bench_flat``
-measures the whole process). Exits 2 with the reason where valgrind, its headers or gcc are missing.
+fraction of a percent). gRPC's own cost per call is not in it (``bench_flat`` measures the
+whole process). Exits 2 with the reason where valgrind, its headers or gcc are missing.
 A run takes about a minute per size.
 """
 
