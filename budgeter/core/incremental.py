@@ -292,8 +292,9 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
 
 def _window(render_fn: Render, memo: RenderMemo, head: Dicts, part: Dicts,
             tools: Sequence[Mapping[str, Any]]) -> str | None:
-    """``_tail_text`` of ``part`` with the generation prompt, or the peer's when the peer rendered
-    the same window (same head, messages, tools and date variables) in this build."""
+    """``_tail_text`` of ``part`` with the generation prompt, or the peer's text of its last window
+    when that was the same one (head, messages, tools and date variables: a window's text depends
+    on nothing else, so it serves whichever build rendered it)."""
     seen = memo.peer.window if memo.peer is not None else None
     if (seen is not None and seen[3] == memo.stamp and (seen[2] is tools or seen[2] == tools)
             and seen[0] == head and seen[1] == part):
