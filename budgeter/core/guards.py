@@ -19,6 +19,7 @@ from typing import Any
 from budgeter.core.classify import CallKind, FileOp, call_kind, file_op
 from budgeter.core.jsonargs import ArgStatus, classify_arguments, dumps
 from budgeter.core.markers import contains_marker, handle_for
+from budgeter.core.memo import IdentityMemo
 from budgeter.core.messages import ToolCall
 from budgeter.core.paths import path_leaves, path_problem
 from budgeter.core.policy import Policy
@@ -133,10 +134,19 @@ def _validator(schema_text: str) -> Any:
     return Draft202012Validator(schema)
 
 
+def _checker(schema: JSONDict) -> Any:
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+_CHECKERS = IdentityMemo(limit=1024)
+"""Each schema object's validator: a session's tools are the same objects on every append, and
+writing a schema out to find its validator was a fifth of checking a call (``bench_instructions``)."""
+
+
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
     from referencing.exceptions import Unresolvable  # (jsonschema's own, loaded with it)
 
-    checker = _validator(json.dumps(schema, sort_keys=True))
+    checker = _CHECKERS.get((schema,), _checker, schema)
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
     try:

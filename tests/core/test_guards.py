@@ -81,3 +81,15 @@ def test_rescue_path_is_stable_and_safe():
     odd = rescue_path("just some words")
     assert odd.path.startswith(".rescued/write_") and odd.path == rescue_path("just some words").path
     assert odd.confidence < 0.5
+
+
+def test_each_schema_object_is_checked_by_its_own_content():
+    """Validators are kept per schema object: tools made afresh for each call (one object dropped
+    before the next is made, as a ValidateToolCall request's are) are each checked by what they say."""
+    args = {"path": "a.py", "content": "x", "retries": 2}
+    for kind, ok in [("integer", True), ("string", False), ("integer", True), ("boolean", False)]:
+        tools = json.loads(json.dumps(TOOLS))
+        tools[0]["function"]["parameters"]["properties"]["retries"]["type"] = kind
+        verdict = validate_tool_call(call(args), tools)
+        assert (not verdict.problems) is ok, (kind, verdict.problems)
+        del tools, verdict
