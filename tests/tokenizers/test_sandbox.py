@@ -112,3 +112,19 @@ def test_a_render_leaves_no_reference_cycle():
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_a_server_variable_is_computed_for_each_render_of_a_template_that_names_it_only():
+    """The date a server passes changes between renders, so a template that reads it gets it
+    anew each time; a template that never names it never has it computed."""
+    asked: list[str] = []
+
+    def date() -> str:
+        asked.append("date")
+        return f"day {len(asked)}"
+
+    dated = JinjaFormat("{{ date_string }}|{{ messages[0].content }}", name="dated", dynamic={"date_string": date})
+    assert [dated.render(MESSAGES, None) for _ in range(2)] == ["day 1|" + MESSAGES[0]["content"],
+                                                                "day 2|" + MESSAGES[0]["content"]]
+    plain = JinjaFormat("{{ messages[0].content }}", name="plain", dynamic={"date_string": date})
+    assert plain.render(MESSAGES, None) == MESSAGES[0]["content"] and len(asked) == 2
