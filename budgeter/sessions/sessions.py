@@ -20,6 +20,7 @@ from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.counting import Adaptation, adaptations, sent
 from budgeter.core.engine import BuildResult, trim
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
+from budgeter.core.memo import CharMemo
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -86,6 +87,9 @@ class Sessions:
         self._clock = clock
         self.replica = Replica(store, tokenizers, limit=self.limits.live_sessions,
                                limit_bytes=self.limits.live_bytes)
+        self._wire: CharMemo[Message, JSONDict] = CharMemo()
+        """Each prompt message as ``sent`` gives it: a prompt is mostly the previous one's messages,
+        converted once (the proxy's turn converted them all every time: ``bench_proxy --growth``)."""
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -258,14 +262,23 @@ class Sessions:
     def sent(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict]
              ) -> tuple[list[JSONDict], list[JSONDict], tuple[Adaptation, ...]]:
         """The request to send for a prompt counted under ``tokenizer``: what it counted, and the
-        profile's rewrites for its template where it was rewritten (else ())."""
+        profile's rewrites for its template where it was rewritten (else ()). Messages sent as they
+        are come as the same dicts on every call: they are not to be changed."""
         name = self.tokenizers.name(tokenizer)
         counter = self.tokenizers.counter(name)
-        with self.tokenizers.lock(name):
+        with self.tokenizers.lock(name):  # (the memo's too)
             got = sent(counter, messages, tools)
-        if got is None:
-            return [to_openai(m) for m in messages], list(tools), ()
+            if got is None:
+                return self._openai(messages), list(tools), ()
         return got[0], got[1], adaptations(counter)
+
+    def _openai(self, messages: Sequence[Message]) -> list[JSONDict]:
+        wire = self._wire
+        out = list(map(wire.get, messages))  # (looked up in C: a call per message cost half as much again)
+        if None in out:
+            out = [d if d is not None else wire.put(m, to_openai(m), m.size)
+                   for m, d in zip(messages, out, strict=True)]
+        return out  # type: ignore[return-value]
 
     def fit(self, tokenizer: str, messages: Sequence[Message], tools: Sequence[JSONDict], policy: dict[str, Any]
             ) -> BuildResult:
