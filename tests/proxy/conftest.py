@@ -84,17 +84,18 @@ class Proxied:
 
 @pytest.fixture
 def make_proxy(upstream, qwen3_path):
-    started: list[ProxyServer] = []
+    started: list[Proxied] = []
 
     def make(*, upstream_url: str | None = None, **kw: Any) -> Proxied:
         settings = proxy_settings(upstream_url or upstream.base_url, qwen3_path, **kw)
-        server = start(settings, sessions=open_sessions(settings))
-        started.append(server)
-        return Proxied(server, upstream)
+        proxied = Proxied(start(settings, sessions=open_sessions(settings)), upstream)
+        started.append(proxied)
+        return proxied
 
     yield make
-    for server in started:
-        server.stop()
+    for proxied in started:
+        proxied.client.close()  # its kept-alive connection, else closed whenever it is collected
+        proxied.server.stop()
 
 
 @pytest.fixture
