@@ -133,9 +133,9 @@ class Proxy:
 
     async def _chat(self, http: HTTPRequest, started: float) -> Response:
         data = await read_body(http, self.settings.max_request_bytes)
-        raw, request, turn = await self._blocking(self._turn, data, http.headers.get(SESSION_HEADER, ""))
+        raw, request, turn, body, adapted = await self._blocking(self._turn, data,
+                                                                  http.headers.get(SESSION_HEADER, ""))
         self.metrics.built(turn.result)
-        body, adapted = self._upstream_body(raw, request, turn)
         self.metrics.adapted(adapted)
         said = self._repaired(request, turn.session)
         call = Call(request, turn, body, turn.result.tokens, started,
@@ -145,11 +145,16 @@ class Proxy:
             return await self._stream(call, forward)
         return await self._complete(call, forward)
 
-    def _turn(self, data: bytes, session: str) -> tuple[dict[str, Any], Request, Turn]:
-        """The body's fields (``intake.Body``), its request, and the turn."""
+    def _turn(self, data: bytes, session: str
+              ) -> tuple[dict[str, Any], Request, Turn, dict[str, Any], tuple[Adaptation, ...]]:
+        """The body's fields (``intake.Body``), its request, the turn, and the body to send upstream
+        with the rewrites made for its template. The last is made here too, on a worker thread: it
+        takes the tokenizer's lock, which another session's build may hold for tens of milliseconds
+        (a compacting turn), and the event loop must not wait for it."""
         body = intake.split(data)
         request = self.recent.request(body, session=session, extra_tools=self.extra_tools)
-        return body.fields, request, self.turns.turn(request, session=session)
+        turn = self.turns.turn(request, session=session)
+        return (body.fields, request, turn, *self._upstream_body(body.fields, request, turn))
 
     def _repaired(self, request: Request, session: str) -> tuple[Adaptation, ...]:
         """The request's lone surrogates made U+FFFD, as the note for its header; logged and counted
