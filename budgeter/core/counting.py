@@ -268,7 +268,7 @@ class TemplateCounter:
         source = getattr(fmt, "source", "") or ""
         if "strftime_now" in source:
             self.windowed.off = "the template reads the clock (strftime_now): every build renders whole"
-        self._dated = [f for name, f in (getattr(fmt, "dynamic", None) or {}).items() if name in source]
+        self._dated = list((getattr(fmt, "dynamic_read", None) or {}).values())
         self._dicts: CharMemo[Message, dict[str, Any]] = CharMemo()
         self._developer = "developer" if "<|channel|>" in source else "system"
         """The role a developer message renders as: llama.cpp's server maps it to system for every

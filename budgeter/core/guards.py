@@ -146,7 +146,7 @@ writing a schema out to find its validator was a fifth of checking a call (``ben
 def schema_problems(value: JSONDict, schema: JSONDict) -> list[Problem]:
     from referencing.exceptions import Unresolvable  # (jsonschema's own, loaded with it)
 
-    checker = _CHECKERS.get((schema,), _checker, schema)
+    checker = _CHECKERS.one(schema, _checker, schema)
     if isinstance(checker, str):
         return [Problem("SCHEMA", "", f"the tool's own schema is invalid: {checker}")]
     try:

@@ -89,7 +89,7 @@ class IdentityMemo:
     entries."""
 
     def __init__(self, *, limit: int = 0, size: Callable[[Any], int] | None = None) -> None:
-        self._items: CharMemo[tuple[Hashable, ...], tuple[tuple[Any, ...], Any]] = CharMemo(limit)
+        self._items: CharMemo[Hashable, tuple[tuple[Any, ...], Any]] = CharMemo(limit)
         self._size = size
 
     def get(self, objects: tuple[Any, ...], make: Callable[..., T], *args: Any,
@@ -100,6 +100,17 @@ class IdentityMemo:
             return hit[1]  # type: ignore[no-any-return]
         out = make(*args)
         self._items.put(k, (objects, out), self._size(out) if self._size is not None else 1)
+        return out
+
+    def one(self, obj: Any, make: Callable[..., T], *args: Any) -> T:
+        """``get((obj,), make, *args)`` without a key, looked up by ``id(obj)`` alone: no key tuple
+        built per call (``tojson`` of a session's tools, a fifth of a window render at the tuple's
+        cost: ``bench_instructions``). Its entries never meet ``get``'s, whose keys are tuples."""
+        hit = self._items.get(id(obj))
+        if hit is not None:  # its object is held, so the id is its own
+            return hit[1]  # type: ignore[no-any-return]
+        out = make(*args)
+        self._items.put(id(obj), ((obj,), out), self._size(out) if self._size is not None else 1)
         return out
 
 

@@ -29,7 +29,7 @@ import jinja2.utils
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from budgeter.core.memo import CharMemo, IdentityMemo
+from budgeter.core.memo import IdentityMemo
 from budgeter.tokenizers import cache
 
 
@@ -52,10 +52,6 @@ def raise_exception(message: str) -> None:
 
 
 _encoded = IdentityMemo(size=len)
-_plain: CharMemo[int, tuple[Any, str]] = CharMemo()
-"""``tojson`` with no options (what templates write), by the object's id: a plain dict lookup, where
-``_encoded`` builds a key and a context per call; a Qwen3.6 window render writes each of the
-session's tools again, a fifth of its time (``bench_instructions``)."""
 
 
 def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
@@ -65,13 +61,8 @@ def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: A
     arguments again and again (the templates' environment is immutable, and budgeter never changes
     a message's template form once made: ``bench_flat``)."""
     if isinstance(x, dict | list):
-        if not (ensure_ascii or sort_keys) and indent is None and separators is None:
-            hit = _plain.get(id(x))  # (held with the object: its id is not reused while kept)
-            if hit is not None and hit[0] is x:
-                return hit[1]
-            text = _dumps(x, False, None, None, False)
-            _plain.put(id(x), (x, text), len(text))
-            return text
+        if not (ensure_ascii or sort_keys) and indent is None and separators is None:  # (as templates write it)
+            return _encoded.one(x, _dumps, x, False, None, None, False)
         with contextlib.suppress(TypeError):  # (unhashable options: encoded each time)
             return _encoded.get((x,), _dumps, x, ensure_ascii, indent, separators, sort_keys,
                                 key=(ensure_ascii, indent, separators, sort_keys))

@@ -28,7 +28,7 @@ class JinjaFormat:
         self._variables = dict(variables or {})
         self.dynamic = dict(dynamic or {})
         """Variables computed at each render (the date a server passes)."""
-        self._read = {k: f for k, f in self.dynamic.items() if k in template}
+        self.dynamic_read = {k: f for k, f in self.dynamic.items() if k in template}
         """Those the template can read: it names them (a template reads a variable by its name
         only). The others cost each render their calls and a merge, and no template of the default
         profile reads the date (``bench_instructions``)."""
@@ -64,7 +64,7 @@ class JinjaFormat:
                *, add_generation_prompt: bool = True) -> str:
         if self.object_arguments:
             messages = [_object_arguments(m) if m.get("tool_calls") else m for m in messages]
-        variables = {**self._variables, **{k: f() for k, f in self._read.items()}} if self._read \
+        variables = {**self._variables, **{k: f() for k, f in self.dynamic_read.items()}} if self.dynamic_read \
             else self._variables
         try:
             return _render(self._template, {"messages": messages, "tools": tools,
