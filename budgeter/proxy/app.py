@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
+import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -519,6 +520,9 @@ def create_app(settings: Settings, sessions: Sessions, *, tokenizer: str = "") -
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # anyio picks (imports) its backend on first use, and Starlette first uses it for a streamed
+        # reply: ~10 ms and two dozen modules, in the first agent's first turn, not here
+        await anyio.sleep(0)
         await proxy.announce()
         yield
         await proxy.close()

@@ -67,6 +67,14 @@ def start(cmd: list[str], ready: str) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"{' '.join(cmd)} did not start")
 
 
+def warm(upstream: str) -> None:
+    """One streamed and one whole reply straight from the upstream: its own first requests are
+    slow (tens of ms), and the first turn's overhead would charge that to the proxy."""
+    for stream in (False, True):
+        body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+        httpx.post(upstream + "/chat/completions", json=body, timeout=60).raise_for_status()
+
+
 def start_proxy(upstream: str, store: str, port: int) -> subprocess.Popen[bytes]:
     return start([sys.executable, "-m", "budgeter", "proxy", "--upstream", upstream, "--port", str(port),
                   "--store", store, "--window", "32768", "--reserve", "2048", "--log-level", "warning"],
@@ -163,6 +171,7 @@ def growth(args: argparse.Namespace) -> None:
     bodies = [make_session(seed, chars=sizes[-1]) if args.synthetic else held_out(seed, sizes[-1])
               for seed in range(args.sessions)]
     up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
+    warm(upstream)
     out: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
@@ -210,6 +219,7 @@ def main() -> None:
     up_port, port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     up = start([sys.executable, "-m", "tests.proxy.upstream", str(up_port)], upstream + "/models")
+    warm(upstream)
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite://{os.path.join(tmp, 'b.db')}" if args.store == "sqlite" else args.store
         proc = start_proxy(upstream, store, port)
