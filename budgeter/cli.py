@@ -12,7 +12,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from budgeter.core.counting import adaptations, sent
 from budgeter.core.jsonargs import dumps_text
 from budgeter.core.messages import Message, Repair, from_openai_list, repaired_note
 from budgeter.core.policy import LOW_WATER
@@ -106,6 +105,8 @@ def trim(
     if report_out is not None:
         write_out(report_out, dumps_text({"tokenizer": counter.name, **result.report()}, indent=1) + "\n")
     # what was counted, so the server renders exactly that (a template's rewrite: ``sent``)
+    from budgeter.core.counting import sent
+
     wire = sent(counter, result.messages, tools)
     warn_adapted(counter, wire)
     if wire is None:
@@ -136,6 +137,8 @@ def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Messag
 def warn_adapted(counter: Any, wire: Any) -> None:
     """One line on stderr when the request was rewritten for the template (``wire``: what
     ``core.counting.sent`` gave): the model does not see it as written."""
+    from budgeter.core.counting import adaptations
+
     if wire is not None:
         notes = "; ".join(a.note for a in adaptations(counter))
         typer.echo(f"budgeter: warning: the request was rewritten for {counter.name}'s template: {notes}", err=True)
@@ -188,6 +191,7 @@ def render(
         help="Whose template conventions: llama.cpp (default) or vllm.")] = None,
 ) -> None:
     """Print the exact text a count is taken from; the count and the profile's notes go to stderr."""
+    from budgeter.core.counting import sent
     from budgeter.tokenizers import resolve
 
     one_shot()
