@@ -4,13 +4,15 @@
                                      [--only ready serve]
 
 - **ready**: wall time from the command's start to its answer or readiness, a fresh process
-  each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file,
-  ``budgeter serve`` to SERVING, ``budgeter proxy`` to ``/health``, and ``budgeter render`` with
-  the Gemma 3 GGUF (its 262K-token vocabulary) when the package that holds it is installed. Each
-  with a tokenizer cache (``BUDGETER_TOKENIZER_CACHE``, a temporary folder) that an earlier run
-  filled ("later uses"); trim and render also with an empty one each run ("first use", best and
-  median of ``--cold-repeat``). A tree without the cache ignores the variable: both rows are
-  its every-time cost.
+  each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file, the
+  commands that count nothing (``validate`` of one call, ``plan-edits`` of one edit,
+  ``tokenizers``, ``health`` of a serving server), ``budgeter serve`` to SERVING, ``budgeter
+  proxy`` to ``/health``, and ``budgeter render`` with the Gemma 3 GGUF (its 262K-token
+  vocabulary) when the package that holds it is installed. Each with a tokenizer cache
+  (``BUDGETER_TOKENIZER_CACHE``, a temporary folder) that an earlier run filled ("later uses");
+  trim and render also with an empty one each run ("first use", best and median of
+  ``--cold-repeat``). A tree without the cache ignores the variable: both rows are its
+  every-time cost.
 - **serve**: a real ``budgeter serve`` per (store, size), default tokenizer, one-call turns
   (``prompt(append=..., since=previous)``) over the last ``--turns`` turns of a held-out session
   of each size, their turns interleaved. Per turn, the server process's CPU, every thread
@@ -115,12 +117,26 @@ def ready(repeat: int, cold_repeat: int) -> None:
         stack.callback(os.environ.pop, "BUDGETER_TOKENIZER_CACHE", None)
         one = Path(tmp) / "one.json"
         one.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}))
+        call = Path(tmp) / "call.json"
+        call.write_text(json.dumps({"tool_call": {"function": {"name": "read_file", "arguments": '{"path": "a"}'}},
+                                    "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {
+                                        "type": "object", "properties": {"path": {"type": "string"}}}}}]}))
+        edits = Path(tmp) / "edits.json"
+        edits.write_text(json.dumps({"snapshot": "a\nb\n", "edits": [{"start_line": 2, "end_line": 2, "body": "c"}]}))
+        probed = ServerProcess("--store", "memory://", *SERVE).start()  # what `budgeter health` asks
+        stack.callback(probed.stop)
         cmds: dict[str, Any] = {
             "`budgeter trim one.json`": lambda: _run(["trim", str(one)]),
+            "`budgeter validate call.json`": lambda: _run(["validate", str(call)]),
+            "`budgeter plan-edits edits.json`": lambda: _run(["plan-edits", str(edits)]),
+            "`budgeter tokenizers`": lambda: _run(["tokenizers"]),
+            "`budgeter health` (SERVING)": lambda: _run(["health", "--target", probed.target]),
             "`budgeter serve` to SERVING": lambda: _until_serving(),
             "`budgeter proxy` to /health": lambda: _until_health(free_port(), upstream),
         }
         loads = {"`budgeter trim one.json`"}
+        counts_nothing = {"`budgeter validate call.json`", "`budgeter plan-edits edits.json`", "`budgeter tokenizers`",
+                          "`budgeter health` (SERVING)"}
         gguf = _gemma_gguf()
         if gguf is not None:
             name = f"`budgeter render --tokenizer {gguf.name}`"
@@ -137,7 +153,8 @@ def ready(repeat: int, cold_repeat: int) -> None:
             os.environ["BUDGETER_TOKENIZER_CACHE"] = str(warm)
             fn()  # fills it
             times = [fn() for _ in range(repeat)]
-            print(row([name, "later uses", f"{min(times):.2f} s", f"{statistics.median(times):.2f} s"]))
+            cache = "(none read)" if name in counts_nothing else "later uses"
+            print(row([name, cache, f"{min(times):.2f} s", f"{statistics.median(times):.2f} s"]))
 
 
 def _run(args: list[str]) -> float:
