@@ -23,6 +23,10 @@ def environ(env: dict[str, str] | None = None, *, unset: Sequence[str] = ()) -> 
     return {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
 
 
+RETRY_SOON = [("grpc.initial_reconnect_backoff_ms", 20), ("grpc.min_reconnect_backoff_ms", 20),
+              ("grpc.max_reconnect_backoff_ms", 100)]
+
+
 class ServerProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None, unset: Sequence[str] = (),
                  port: int | None = None) -> None:
@@ -39,7 +43,10 @@ class ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "budgeter", "serve", *self.args],
                                      env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.target) as channel:
+        # a channel whose connection was refused waits out a reconnect backoff (1 s, then longer)
+        # before it tries again: polled with grpc's defaults, readiness read up to ~1.5 s late
+        # (bench_flat ready, "budgeter serve to SERVING")
+        with grpc.insecure_channel(self.target, options=RETRY_SOON) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
