@@ -303,19 +303,3 @@ def test_profile_warns_of_lone_surrogates_once(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stderr == WARNING and len(json.loads(out.stdout)["messages"]) == 4
 
-
-@pytest.mark.parametrize("args, stdin", [
-    (["--version"], None),
-    (["health", "--target", "127.0.0.1:1", "--timeout", "0.2"], None),
-    (["validate", "-"], json.dumps({"tool_call": {"function": {"name": "f", "arguments": "{}"}}, "tools": []})),
-    (["plan-edits", "-"], json.dumps({"snapshot": "a\n", "edits": [{"start_line": 1, "end_line": 1, "body": "b"}]})),
-])
-def test_a_command_that_counts_nothing_loads_neither_engine_nor_vocabularies(args, stdin):
-    """The engine and its steps, and the tokenizer registry with its backends, are a tenth of a
-    second before the first line of output; a command that counts nothing does without them."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "budgeter", *args], input=stdin,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode in (0, 1), done.stderr[-2000:]
-    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "budgeter.cli" in loaded  # (the listing is there)
-    assert not loaded & {"budgeter.core.engine", "budgeter.core.counting", "budgeter.tokenizers.registry"}
