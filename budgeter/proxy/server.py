@@ -24,6 +24,7 @@ from budgeter.sessions.tokenizers import settle
 from budgeter.sessions.workers import start_all
 from budgeter.settings import Settings
 from budgeter.store import open_store
+from budgeter.tokenizers.twin import background
 
 log = logging.getLogger("budgeter.proxy")
 
@@ -162,6 +163,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     """Run in the foreground until SIGTERM or Ctrl-C; in-flight requests get ``settings.grace``
     seconds."""
     pin(settings.cpus)
+    background()  # a profile's fastokens twin is made while the proxy answers (exact either way)
     sessions = open_sessions(settings)
     settle(sessions.tokenizers, [settings.default_tokenizer])
     try:

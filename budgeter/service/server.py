@@ -33,6 +33,7 @@ from budgeter.sessions.tokenizers import settle
 from budgeter.sessions.workers import counting_pool, start_all
 from budgeter.settings import Settings, redacted
 from budgeter.store import SessionStore, open_store
+from budgeter.tokenizers.twin import background
 from budgeter.v1 import budgeter_pb2
 
 SERVICE = budgeter_pb2.DESCRIPTOR.services_by_name["BudgeterService"].full_name
@@ -278,6 +279,7 @@ def _watch_store(server: Server, settings: Settings) -> None:
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; in-flight calls get ``settings.grace`` seconds."""
     pin(settings.cpus)  # before any thread of the server starts: they inherit it
+    background()  # a profile's fastokens twin is made while the server answers (exact either way)
     done = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -13,7 +13,16 @@ from typing import Any
 
 from budgeter.tokenizers import cache
 from budgeter.tokenizers.promoted import promoted
-from budgeter.tokenizers.twin import LATER_CHARS, Later, _byte_alphabet, deferred, state, twin
+from budgeter.tokenizers.twin import (
+    LATER_CHARS,
+    Background,
+    Later,
+    _byte_alphabet,
+    backgrounded,
+    deferred,
+    state,
+    twin,
+)
 
 
 def _alternation(tokens: Iterable[str]) -> str:
@@ -61,13 +70,17 @@ class HFTokenizer:
         self.specials = tuple(a.content for a in tok.get_added_tokens_decoder().values())
         split = re.compile(f"({self._pattern})").split if self._pattern else None
         pieces = (lambda text: split(text)[0::2]) if split is not None else None
-        self._later: Later | None = Later(tok, pieces) if deferred() else None
+        self._later: Later | Background | None = (Later(tok, pieces) if deferred() else
+                                                  Background(tok, pieces) if backgrounded() else None)
         self._fast = twin(tok, pieces) if self._later is None else None
         self.note = ("count backend: fastokens twin of the tokenizer.json (ids checked equal at load)"
                      if self._fast is not None else "count backend: Hugging Face tokenizers")
-        if self._later is not None:
+        if isinstance(self._later, Later):
             self.note += (f" (a fastokens twin, its ids checked equal when made, counts once this process "
                           f"has counted {LATER_CHARS:,} characters)")
+        elif self._later is not None:
+            self.note += (" (a fastokens twin, made in the background from load and its ids checked equal, "
+                          "counts once it is made)")
         if unnormalized:
             self.note += ("; the tokenizer's NFC normalizer is not applied, as the server applies none "
                           "(text NFC would change, such as decomposed accents, counts as the server reads it)")
@@ -85,8 +98,9 @@ class HFTokenizer:
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         fast, later = self._fast, self._later
         if later is not None:
+            made = later.made  # (read first: a background twin may be made during the call)
             fast = self._fast = later(sum(len(t) for t in texts))
-            if later.made:
+            if made or (later.made and fast is not None):
                 self._later = None
         if fast is not None:
             return [fast(t) for t in texts]

@@ -65,6 +65,21 @@ def deferred() -> bool:
     return _deferred
 
 
+_background = False
+
+
+def background(on: bool = True) -> None:
+    """Make twins made from now on in a thread of their own (``Background``): ``budgeter serve``
+    and ``budgeter proxy`` answer while a large vocabulary's twin is made and checked (seconds for
+    Gemma 3's 262K tokens, most of a GGUF profile's load: ``bench_flat``, ready)."""
+    global _background
+    _background = on
+
+
+def backgrounded() -> bool:
+    return _background
+
+
 class Later:
     """A twin made once its process has counted ``LATER_CHARS`` characters without one; until then
     (and for good where ``twin`` gives none) the caller counts with Hugging Face tokenizers."""
@@ -87,6 +102,33 @@ class Later:
                 self._twin = twin(*self._args)
                 self.made = True
         return self._twin
+
+
+class Background:
+    """A twin made in a thread of its own from the start; until it is made (and for good where
+    ``twin`` gives none) the caller counts with Hugging Face tokenizers, whose counts the twin's
+    equal. ``made`` turns true once the twin (or its refusal) is in; ``done`` is set then."""
+
+    def __init__(self, tok: Any, pieces: Pieces | None) -> None:
+        self._twin: Counter | None = None
+        self.made = False
+        self.done = threading.Event()
+        # not a daemon, as for ``Renewing``: an interpreter ending while it runs inside fastokens
+        # would abort the process; a server stopping meanwhile waits for it
+        threading.Thread(target=self._make, args=(tok, pieces), name="budgeter-fastokens-twin").start()
+
+    def _make(self, tok: Any, pieces: Pieces | None) -> None:
+        try:
+            self._twin = twin(tok, pieces)
+        except Exception as exc:  # (twin refuses what it cannot check): Hugging Face counts on
+            log.warning("budgeter: a fastokens twin could not be made: %s", exc)
+        finally:
+            self.made = True  # after the twin: a reader that sees made sees it
+            self.done.set()
+
+    def __call__(self, chars: int) -> Counter | None:
+        """The twin once made, else None (``Later``'s signature)."""
+        return self._twin if self.made else None
 
 
 RENEW_CHARS = 256_000_000

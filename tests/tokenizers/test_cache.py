@@ -296,6 +296,34 @@ def test_a_one_shot_hf_tokenizer_counts_as_an_eager_one():
     assert deferred.count_batch(texts) == eager.count_batch(texts)
 
 
+def test_a_server_hf_tokenizer_counts_as_an_eager_one_while_its_twin_is_made(monkeypatch):
+    """``budgeter serve`` and ``proxy`` make twins in the background: Hugging Face counts until the
+    twin is in, then the twin, the same counts either way."""
+    texts = [t for t in TEXTS if "<" not in t]
+    eager = HFTokenizer(_qwen3(), name="t")
+    release = threading.Event()
+    made_by = twin.twin
+
+    def held(*args):
+        release.wait()
+        return made_by(*args)
+
+    monkeypatch.setattr(twin, "twin", held)
+    twin.background(True)
+    try:
+        served = HFTokenizer(_qwen3(), name="t")
+    finally:
+        twin.background(False)
+    later = served._later
+    assert isinstance(later, twin.Background) and "made in the background" in served.note
+    assert served.count_batch(texts) == eager.count_batch(texts)  # before: Hugging Face counts
+    assert served._fast is None and not later.made
+    release.set()
+    assert later.done.wait(120)
+    assert served.count_batch(texts) == eager.count_batch(texts)  # after: the twin counts
+    assert served._later is None and served._fast is not None
+
+
 # -- the CLI loads nothing it does not need -------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["tokenizers"], ["--version"], ["validate", "-"], ["plan-edits", "-"],
