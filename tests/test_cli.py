@@ -302,4 +302,3 @@ def test_profile_warns_of_lone_surrogates_once(tmp_path):
     out = run("profile", str(tmp_path / "s.json"), "--json")
     assert out.returncode == 0, out.stderr
     assert out.stderr == WARNING and len(json.loads(out.stdout)["messages"]) == 4
-
