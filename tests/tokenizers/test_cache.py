@@ -315,10 +315,12 @@ def test_a_server_hf_tokenizer_counts_as_an_eager_one_while_its_twin_is_made(mon
     finally:
         twin.background(False)
     later = served._later
-    assert isinstance(later, twin.Background) and "made in the background" in served.note
-    assert served.count_batch(texts) == eager.count_batch(texts)  # before: Hugging Face counts
-    assert served._fast is None and not later.made
-    release.set()
+    try:
+        assert isinstance(later, twin.Background) and "made in the background" in served.note
+        assert served.count_batch(texts) == eager.count_batch(texts)  # before: Hugging Face counts
+        assert served._fast is None and not later.made
+    finally:
+        release.set()  # (the twin's thread is no daemon: held, it would keep the test run alive)
     assert later.done.wait(120)
     assert served.count_batch(texts) == eager.count_batch(texts)  # after: the twin counts
     assert served._later is None and served._fast is not None
@@ -329,8 +331,9 @@ def test_a_server_hf_tokenizer_counts_as_an_eager_one_while_its_twin_is_made(mon
 @pytest.mark.parametrize("args", [["tokenizers"], ["--version"], ["validate", "-"], ["plan-edits", "-"],
                                   ["health", "--target", "127.0.0.1:1", "--timeout", "0.2"]])
 def test_commands_without_counting_load_no_vocabulary(args):
-    """Nor, but for the listing of tokenizers, the engine or the registry: before the lazy names of
-    ``budgeter.core`` and ``budgeter.tokenizers`` those were ~0.1 s of every command."""
+    """Nor the engine or the tokenizer registry, but for ``tokenizers``, which lists the registry:
+    before ``budgeter.core`` and ``budgeter.tokenizers`` loaded their names on first use, those were
+    ~0.1 s of every command."""
     stdin = {"validate": '{"tool_call": {"id": "1", "type": "function", "function": {"name": "f", '
                          '"arguments": "{}"}}, "tools": []}',
              "plan-edits": '{"snapshot": "a\\nb\\n", "edits": [{"start_line": 1, "end_line": 1, "body": "x"}]}'}
