@@ -95,15 +95,27 @@ def timed(client: httpx.Client, url: str, body: dict[str, Any] | bytes, headers:
     return first, time.perf_counter() - started, status, r.headers.get("x-budgeter-compacted") == "true"
 
 
+def answered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history``, checked to end as an agent's request does: after a user message, or after an
+    assistant message's calls and each of their results (a result sent before its call is an
+    orphan the proxy repairs, and a turn unlike any agent's)."""
+    calls = [i for i, m in enumerate(history) if m["role"] == "assistant"]
+    if calls:
+        ids = {c["id"] for c in history[calls[-1]].get("tool_calls") or ()}
+        assert {m.get("tool_call_id") for m in history[calls[-1] + 1:] if m["role"] == "tool"} <= ids, \
+            "a tool result before its call"
+    return history
+
+
 def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any], sid: str,
            out: dict[str, list[float]]) -> None:
     history: list[dict[str, Any]] = []
     steps = turns(body["messages"])
     for k, step in enumerate(steps):
         if step[0]["role"] == "assistant":  # the model's turn: the scripted upstream replies with it
-            reply, history = step[0], history + step[1:]
-            request = {"model": "bench", "messages": history, "tools": body["tools"], "scripted_reply": reply,
-                       "stream": k % 2 == 0}
+            reply = step[0]  # its calls' results (step[1:]) come in the next request, after it
+            request = {"model": "bench", "messages": answered(history), "tools": body["tools"],
+                       "scripted_reply": reply, "stream": k % 2 == 0}
             via = timed(client, proxy + "/chat/completions", request, {"X-Budgeter-Session": sid})
             direct = timed(client, upstream + "/chat/completions", request, {})
             assert via[2] == direct[2] == 200, (via, direct)
@@ -116,9 +128,7 @@ def replay(client: httpx.Client, proxy: str, upstream: str, body: dict[str, Any]
                 out["overhead"].append(via[1] - direct[1])
                 out["direct"].append(direct[1])
                 out["overhead, compacting turns" if via[3] else "overhead, other turns"].append(via[1] - direct[1])
-            history = history + [reply]
-        else:
-            history = history + step
+        history = history + step
 
 
 def size_label(chars: int) -> str:
@@ -141,11 +151,11 @@ def grow(client: httpx.Client, proxy: str, upstream: str, pid: int, body: dict[s
         if step[0]["role"] != "assistant":
             history = history + step
             continue
-        reply, history = step[0], history + step[1:]
+        reply = step[0]  # its calls' results (step[1:]) come in the next request, after it
         if edit_at and sum(len(m.get("content") or "") for m in history) >= edit_at:
             history, edit_at = edited(history), 0
         stream = k % 2 == 0
-        data = orjson.dumps({"model": "bench", "messages": history, "tools": body["tools"],
+        data = orjson.dumps({"model": "bench", "messages": answered(history), "tools": body["tools"],
                              "scripted_reply": reply, "stream": stream})
         bucket = next((s for s in sizes if len(data) <= s), None)
         if bucket is None:
@@ -161,7 +171,7 @@ def grow(client: httpx.Client, proxy: str, upstream: str, pid: int, body: dict[s
             row["first chunk"].append(via[0] - direct[0])
         else:
             row["overhead"].append(via[1] - direct[1])
-        history = history + [reply]
+        history = history + step
 
 
 def growth(args: argparse.Namespace) -> None:
