@@ -148,14 +148,13 @@ class Proxy:
 
     def _turn(self, data: bytes, session: str
               ) -> tuple[dict[str, Any], Request, Turn, dict[str, Any], tuple[Adaptation, ...]]:
-        """The body's fields (``intake.Body``), its request, the turn, and the body to send upstream
+        """The body's fields (``intake.Recent.read``), its request, the turn, and the body to send upstream
         with the rewrites made for its template. The last is made here too, on a worker thread: it
         takes the tokenizer's lock, which another session's build may hold for tens of milliseconds
         (a compacting turn), and the event loop must not wait for it."""
-        body = intake.split(data)
-        request = self.recent.request(body, session=session, extra_tools=self.extra_tools)
+        fields, request = self.recent.read(data, session=session, extra_tools=self.extra_tools)
         turn = self.turns.turn(request, session=session)
-        return (body.fields, request, turn, *self._upstream_body(body.fields, request, turn))
+        return (fields, request, turn, *self._upstream_body(fields, request, turn))
 
     def _repaired(self, request: Request, session: str) -> tuple[Adaptation, ...]:
         """The request's lone surrogates made U+FFFD, as the note for its header; logged and counted

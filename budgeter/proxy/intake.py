@@ -1,9 +1,13 @@
 """Reading a chat-completions body so that a turn costs what its new messages cost.
 
-A client sends the whole history on every turn. The body is split (msgspec, in C) into its
-top-level fields and each message's raw JSON, without making Python objects of the messages; a
-message whose raw bytes equal those at the same place in the previous request of the same
-conversation is taken as it was parsed then, and only the rest is parsed (``bench_proxy``).
+A client sends the whole history on every turn. Most turns, the body begins with the previous
+request of the same conversation byte for byte, up to the end of its last message: that is
+checked with one comparison of bytes, and only the rest (the new messages and the fields after
+them) is read (``Recent.read``). Otherwise the body is split (msgspec, in C) into its top-level
+fields and each message's raw JSON, without making Python objects of the messages; a message
+whose raw bytes equal those at the same place in the previous request is taken as it was parsed
+then, and only the rest is parsed. Reading the whole body, even in C, grew with the history: at
+1M-2M chars it was a third of the proxy's time in a turn (``bench_proxy --growth``).
 Parsing a message is a function of its bytes and its place, so the messages and repairs are
 those that parsing the whole body again would give: this cache changes what a turn costs, never
 what it does (which line it extends, what it appends: the store decides those, as before).
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +47,16 @@ def loads(data: bytes | str | msgspec.Raw) -> Any:
         return jsonargs.loads(bytes(data) if isinstance(data, msgspec.Raw) else data)
 
 
+_HEAD = b'{"messages":['
+_SPACE = b" \t\r\n"
+PROBE = 64
+"""Leading bytes of a body that name the conversations it may continue, when the client names
+none (``X-Budgeter-Session``): those of one agent share them."""
+CANDIDATES = 16
+"""Conversations with the same leading bytes tried, most recent first: more of them at once
+read whole, as before."""
+
+
 @dataclass(frozen=True, slots=True)
 class Body:
     """A request body: its fields parsed, but ``messages`` as each element's raw JSON (``raws``)
@@ -50,6 +65,9 @@ class Body:
     fields: dict[str, Any]
     raws: list[msgspec.Raw] | None
     size: int
+    data: bytes = b""
+    array: msgspec.Raw | None = None
+    """The messages array's raw JSON, where split."""
 
 
 def not_json(exc: Exception) -> InvalidInput:
@@ -77,7 +95,7 @@ def split(data: bytes) -> Body:
         if raws is not None:
             fields: dict[str, Any] = {k: loads(v) for k, v in top.items() if k != "messages"}
             fields["messages"] = raws
-            return Body(fields, raws, len(data))
+            return Body(fields, raws, len(data), data, top["messages"])
     except (ValueError, RecursionError):
         pass
     return Body(parse(data), None, len(data))
@@ -85,23 +103,74 @@ def split(data: bytes) -> Body:
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    raws: list[msgspec.Raw]
+    """A conversation's latest request: its body, and what its messages parsed to."""
+
+    data: bytes
+    end: int
+    """``data[:end]`` is the body up to the end of its last message, every field before the
+    messages in it (0: not known; a next request is split whole)."""
+    before: tuple[tuple[str, msgspec.Raw], ...]
+    """The fields before the messages, as raw JSON."""
     messages: tuple[Message, ...]
     repairs: tuple[Repair, ...]
+    split: list[msgspec.Raw] | None = None
+    """Each message's raw JSON, where the body was split whole (views of ``data``)."""
 
-    def common(self, raws: Sequence[msgspec.Raw]) -> int:
-        """How many leading messages ``raws`` shares with this request, byte for byte."""
-        equal = list(map(operator.eq, raws, self.raws))  # in C, each a memcmp
-        return equal.index(False) if False in equal else len(equal)
+    def raws(self) -> list[msgspec.Raw]:
+        """Each message's raw JSON; read again from the body where it was not split whole, for a
+        request that does not continue this one (an edit, a regenerate of an earlier turn)."""
+        if self.split is not None:
+            return self.split
+        return _ELEMENTS.decode(_FIELDS.decode(self.data)["messages"])
+
+    def rest(self, data: bytes) -> bytes | None:
+        """When ``data`` continues this request (the same bytes up to the end of its last
+        message, then a comma or the array's end): the rest of ``data`` as a JSON object whose
+        ``messages`` are the new ones, followed by the fields after them. Else None."""
+        end = self.end
+        if not end or not data.startswith(memoryview(self.data)[:end]):
+            return None
+        while end < len(data) and data[end] in _SPACE:
+            end += 1
+        if data[end:end + 1] == b",":
+            return _HEAD + data[end + 1:]
+        return _HEAD + data[end:] if data[end:end + 1] == b"]" else None
+
+
+def _layout(data: bytes, array: msgspec.Raw, count: int) -> tuple[int, tuple[tuple[str, msgspec.Raw], ...]]:
+    """(``_Seen.end``, ``_Seen.before``) of a body split whole: found where its messages array
+    stands once only in it (0 otherwise, or when it holds no message)."""
+    start = data.find(array)
+    if not count or start < 0 or data.find(array, start + 1) >= 0:
+        return 0, ()
+    try:  # the fields before the array, duplicates as reading the whole body takes them
+        head = _FIELDS.decode(data[:start] + b"null}")
+    except (ValueError, RecursionError):
+        return 0, ()
+    return _last_end(data, start + len(array) - 1), tuple(
+        (k, v.copy()) for k, v in head.items() if k != "messages")
+
+
+def _last_end(data: bytes, close: int) -> int:
+    """Where the last element ends before the array's closing bracket at ``close``."""
+    while data[close - 1] in _SPACE:
+        close -= 1
+    return close
 
 
 class Recent:
-    """The latest request of each recent conversation: its raw messages and what they parsed to.
+    """The latest request of each recent conversation: its body and what its messages parsed to.
     At most ``lines`` conversations and ``max_bytes`` are kept (twice each body: its bytes and
     the messages parsed from them), the least recently used dropped first."""
 
     def __init__(self, *, lines: int, max_bytes: int) -> None:
         self._seen: Bounded[str, _Seen] = Bounded(entries=lines, max_bytes=max_bytes)
+        self._probes: dict[bytes, list[str]] = {}
+        """A body's first ``PROBE`` bytes -> the conversations (keys of ``_seen``, named by their
+        first two messages) that began so, most recent first."""
+        self._lock = threading.Lock()
+        self.continued = 0
+        """Bodies read from where their conversation's previous request ended."""
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -115,6 +184,58 @@ class Recent:
     def max_bytes(self) -> int:
         return self._seen.max_bytes
 
+    def read(self, data: bytes, *, session: str = "", extra_tools: Sequence[Any] = ()
+             ) -> tuple[dict[str, Any], Request]:
+        """The body's fields (``messages`` not parsed) and its request. ``session``: the
+        client's session header."""
+        found = self._continued(data, session)
+        if found is not None:
+            try:
+                return self._extend(*found, data, extra_tools)
+            except Exception:  # read whole below, which refuses the body as before if it is bad
+                pass
+        body = split(data)
+        return body.fields, self.request(body, session=session, extra_tools=extra_tools)
+
+    def _continued(self, data: bytes, session: str) -> tuple[str, _Seen, bytes] | None:
+        """The conversation ``data`` continues, with ``_Seen.rest``: the one its session header
+        names, else one of those that began with its first bytes (``PROBE``)."""
+        if session:
+            keys = ["h" + session]
+        else:
+            with self._lock:
+                keys = list(self._probes.get(data[:PROBE], ()))
+        for key in keys:
+            seen = self._seen.peek(key)
+            rest = seen.rest(data) if seen is not None else None
+            if seen is not None and rest is not None:
+                return key, seen, rest
+        return None
+
+    def _extend(self, key: str, seen: _Seen, rest: bytes, data: bytes,
+                extra_tools: Sequence[Any]) -> tuple[dict[str, Any], Request]:
+        """The request of a body that continues ``seen``: its new messages are read from
+        ``rest``, which also holds the fields after them."""
+        top = _FIELDS.decode(rest)
+        array = top["messages"]
+        if not rest.startswith(array, len(_HEAD) - 1):  # a second "messages" after: read whole
+            raise ValueError("messages twice")
+        raws = _ELEMENTS.decode(array)
+        fields: dict[str, Any] = {k: loads(v) for k, v in seen.before}
+        fields.update((k, loads(v)) for k, v in top.items() if k != "messages")
+        fields["messages"] = raws
+        Request.check(fields)
+        messages, repairs = list(seen.messages), list(seen.repairs)
+        for i, raw in enumerate(raws, start=len(messages)):
+            messages.append(from_openai(loads(raw), index=i, repairs=repairs))
+        request = Request.made(fields, messages, repairs, extra_tools=extra_tools, size=len(data))
+        # the array's closing bracket, from its place in ``rest`` (whose "[" is the array's)
+        end = _last_end(data, len(data) - len(rest) + len(_HEAD) - 2 + len(array)) if raws else seen.end
+        self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs)), len(data))
+        with self._lock:
+            self.continued += 1
+        return fields, request
+
     def request(self, body: Body, *, session: str = "", extra_tools: Sequence[Any] = ()) -> Request:
         """The request of ``body``; its messages read again only past what this conversation's
         previous request held byte for byte. ``session``: the client's session header."""
@@ -123,7 +244,7 @@ class Recent:
         Request.check(body.fields)
         key = _key(session, body.raws)
         seen = self._seen.get(key)
-        shared = seen.common(body.raws) if seen is not None else 0
+        shared = _common(body.raws, seen.raws()) if seen is not None else 0
         messages = list(seen.messages[:shared]) if seen is not None else []
         repairs = [r for r in seen.repairs if r.index < shared] if seen is not None else []
         for i in range(shared, len(body.raws)):
@@ -133,8 +254,29 @@ class Recent:
                 raise not_json(exc) from exc
             messages.append(from_openai(value, index=i, repairs=repairs))
         request = Request.made(body.fields, messages, repairs, extra_tools=extra_tools, size=body.size)
-        self._seen.put(key, _Seen(body.raws, tuple(messages), tuple(repairs)), 2 * body.size)
+        assert body.array is not None
+        end, before = _layout(body.data, body.array, len(body.raws))
+        self._keep(key, _Seen(body.data, end, before, tuple(messages), tuple(repairs), body.raws), body.size)
         return request
+
+    def _keep(self, key: str, seen: _Seen, size: int) -> None:
+        self._seen.put(key, seen, 2 * size)
+        if key[0] != "d" or len(seen.messages) < 2 or seen.end < PROBE:
+            return  # named by the client, or too short to name its conversation
+        probe = seen.data[:PROBE]
+        with self._lock:
+            keys = self._probes.setdefault(probe, [])
+            if keys[:1] != [key]:
+                keys[:] = [key, *(k for k in keys if k != key)][:CANDIDATES]
+            if len(self._probes) > 2 * self._seen.entries:  # drop the conversations let go
+                self._probes = {p: live for p, ks in self._probes.items()
+                                if (live := [k for k in ks if self._seen.peek(k) is not None])}
+
+
+def _common(raws: Sequence[msgspec.Raw], seen: Sequence[msgspec.Raw]) -> int:
+    """How many leading messages two requests share, byte for byte."""
+    equal = list(map(operator.eq, raws, seen))  # in C, each a memcmp
+    return equal.index(False) if False in equal else len(equal)
 
 
 def _key(session: str, raws: Sequence[msgspec.Raw]) -> str:

@@ -37,6 +37,12 @@ class Bounded(Generic[K, V]):
             self._items.move_to_end(key)
             return item[0]
 
+    def peek(self, key: K) -> V | None:
+        """``get``, leaving the order of use as it was."""
+        with self._lock:
+            item = self._items.get(key)
+            return item[0] if item is not None else None
+
     def put(self, key: K, value: V, size: int) -> None:
         """Keep ``value`` (in place of any under ``key``); one larger than ``max_bytes`` is not kept."""
         with self._lock:

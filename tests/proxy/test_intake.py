@@ -97,6 +97,100 @@ def test_the_cache_holds_at_most_its_lines_and_bytes():
     assert len(small) == 0 and small.size == 0
 
 
+def read_as_whole(recent: Recent, data: bytes, session: str = "") -> Request:
+    """``recent.read(data)``, checked against reading the whole body: the same fields, messages,
+    tools and repairs, or the same refusal."""
+    try:
+        whole_body = parse(data)
+        whole = Request.of(whole_body)
+    except InvalidInput as exc:
+        with pytest.raises(InvalidInput) as err:
+            recent.read(data, session=session)
+        assert err.value.reason == exc.reason
+        raise
+    fields, got = recent.read(data, session=session)
+    assert (got.messages, got.tools, got.repairs) == (whole.messages, whole.tools, whole.repairs)
+    assert {k: v for k, v in fields.items() if k != "messages"} == {
+        k: v for k, v in whole_body.items() if k != "messages"}
+    return got
+
+
+def test_a_body_that_goes_on_from_the_previous_one_is_read_from_where_that_ended():
+    for session in ("s", ""):  # named by the client, or by its first two messages
+        recent = Recent(lines=8, max_bytes=1 << 30)
+        grown = history(12)
+        compact = json.dumps({"model": "m", "messages": grown[:6], "stream": False}, separators=(",", ":"))
+        bodies = [
+            (body(history(10)), False),
+            (body(grown), True),  # two more messages
+            (body(grown), True),  # the same again: a regenerate
+            (json.dumps({"model": "m", "messages": grown, "tools": TOOLS, "n": 2}).encode(), True),
+            (body([*grown, {"role": "user", "content": "lone \ud800"}]), False),  # msgspec refuses it: whole
+            (body(one_byte_changed(grown, 7)), False),
+            (body(grown[:9]), False),  # a regenerate of an earlier turn
+            (compact.encode(), False),  # other spacing
+            (compact.replace('}],"stream"', '} , {"role":"user","content":"u"} ],"stream"').encode(), True),
+            (json.dumps({"messages": grown[:4], "model": "m"}).encode(), False),
+            (b'{"messages": %s, "model": "m"}' % json.dumps(grown[:5]).encode(), True),
+            (b'{"messages": %s, "model": "m", "messages": %s}' % (
+                json.dumps(grown[:6]).encode(), json.dumps(grown[:2]).encode()), False),  # the last one counts
+        ]
+        for data, continues in bodies:
+            before = recent.continued
+            read_as_whole(recent, data, session)
+            assert recent.continued == before + continues, data[:80]
+
+
+_MESSAGES = st.lists(st.builds(lambda role, text: {"role": role, "content": text},
+                               st.sampled_from(["user", "assistant"]), st.text(max_size=30)), min_size=1, max_size=6)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["grow", "same", "edit", "cut"]), _MESSAGES), min_size=1, max_size=6),
+       st.sampled_from([(", ", ": "), (",", ":"), (" , ", " : ")]), st.booleans(), st.booleans(),
+       st.sampled_from(["s", ""]))
+def test_reading_from_where_the_previous_body_ended_gives_what_reading_it_whole_gives(
+        steps, separators, messages_first, vary_after, session):
+    """Any sequence of requests (each grows, repeats, edits or cuts the history), in any spacing
+    and order of fields, reads as reading each body whole reads it."""
+    recent = Recent(lines=4, max_bytes=1 << 30)
+    messages = [{"role": "system", "content": "You are a careful, terse assistant. " * 3}]
+    previous: list[dict[str, Any]] | None = None
+    for k, (op, more) in enumerate(steps):
+        if op == "grow":
+            messages = [*messages, *more]
+        elif op == "edit" and len(messages) > 1:
+            messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + "!"}]
+        elif op == "cut" and len(messages) > 1:
+            messages = messages[:-1]
+        fields: dict[str, Any] = {"messages": messages, "model": "m"} if messages_first else {
+            "model": "m", "messages": messages}
+        if vary_after:
+            fields["stream"] = k % 2 == 0
+        before = recent.continued
+        read_as_whole(recent, json.dumps(fields, separators=separators).encode(), session)
+        goes_on = previous is not None and messages[:len(previous)] == previous and bool(
+            session or len(previous) >= 2)  # unnamed: by its first two messages
+        assert recent.continued == before + goes_on
+        previous = messages
+
+
+def test_a_bad_body_that_goes_on_from_a_good_one_is_refused_as_reading_it_whole_refuses_it():
+    recent = Recent(lines=8, max_bytes=1 << 30)
+    good = history(3)
+    read_as_whole(recent, body(good), "s")
+    good_json = json.dumps(good)[:-1]
+    for rest, reason in [(b', {"role": "user", "content": "\xff"}]', "INVALID_JSON"),
+                         (b', {"role": "user", "content": "a"},]', "INVALID_JSON"),
+                         (b', NaN]', "INVALID_MESSAGE"), (b', 5]', "INVALID_MESSAGE"),
+                         (b', {"role": "user", "content": "a"}], "stream": "yes"', "INVALID_INPUT"),
+                         (b']]', "INVALID_JSON")]:
+        data = b'{"model": "m", "messages": ' + good_json.encode() + rest.replace(b"\\xff", b"\xff") + b"}"
+        with pytest.raises(InvalidInput) as err:
+            read_as_whole(recent, data, "s")
+        assert err.value.reason == reason, rest
+
+
 @pytest.mark.parametrize(("raw", "reason"), [
     (b'{"messages": [{"role": "user", "content": "\xff"}]}', "INVALID_JSON"),  # msgspec passes over it
     (b'{"messages": [{"role": "user", "content": "a"},]}', "INVALID_JSON"),
