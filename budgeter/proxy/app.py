@@ -152,7 +152,8 @@ class Proxy:
         with the rewrites made for its template. The last is made here too, on a worker thread: it
         takes the tokenizer's lock, which another session's build may hold for tens of milliseconds
         (a compacting turn), and the event loop must not wait for it."""
-        fields, request = self.recent.read(data, session=session, extra_tools=self.extra_tools)
+        fields, request, continued = self.recent.read(data, session=session, extra_tools=self.extra_tools)
+        self.metrics.bodies.labels("continued" if continued else "whole").inc()
         turn = self.turns.turn(request, session=session)
         return (fields, request, turn, *self._upstream_body(fields, request, turn))
 

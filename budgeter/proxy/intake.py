@@ -169,8 +169,6 @@ class Recent:
         """A body's first ``PROBE`` bytes -> the conversations (keys of ``_seen``, named by their
         first two messages) that began so, most recent first."""
         self._lock = threading.Lock()
-        self.continued = 0
-        """Bodies read from where their conversation's previous request ended."""
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -185,17 +183,18 @@ class Recent:
         return self._seen.max_bytes
 
     def read(self, data: bytes, *, session: str = "", extra_tools: Sequence[Any] = ()
-             ) -> tuple[dict[str, Any], Request]:
-        """The body's fields (``messages`` not parsed) and its request. ``session``: the
-        client's session header."""
+             ) -> tuple[dict[str, Any], Request, bool]:
+        """The body's fields (``messages`` not parsed), its request, and whether it was read from
+        where its conversation's previous request ended (else whole). ``session``: the client's
+        session header."""
         found = self._continued(data, session)
         if found is not None:
             try:
-                return self._extend(*found, data, extra_tools)
+                return (*self._extend(*found, data, extra_tools), True)
             except Exception:  # read whole below, which refuses the body as before if it is bad
                 pass
         body = split(data)
-        return body.fields, self.request(body, session=session, extra_tools=extra_tools)
+        return body.fields, self.request(body, session=session, extra_tools=extra_tools), False
 
     def _continued(self, data: bytes, session: str) -> tuple[str, _Seen, bytes] | None:
         """The conversation ``data`` continues, with ``_Seen.rest``: the one its session header
@@ -232,8 +231,6 @@ class Recent:
         # the array's closing bracket, from its place in ``rest`` (whose "[" is the array's)
         end = _last_end(data, len(data) - len(rest) + len(_HEAD) - 2 + len(array)) if raws else seen.end
         self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs)), len(data))
-        with self._lock:
-            self.continued += 1
         return fields, request
 
     def request(self, body: Body, *, session: str = "", extra_tools: Sequence[Any] = ()) -> Request:

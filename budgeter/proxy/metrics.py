@@ -36,6 +36,11 @@ class ProxyMetrics(Metrics):
             "budgeter_proxy_adapted_requests", "Requests sent upstream rewritten for the model's template, "
             "by kind of rewrite (tools_as_text, roles_merged, system_as_user, ...).", ["kind"],
             registry=self.registry)
+        self.bodies = Counter(
+            "budgeter_proxy_request_bodies", "Chat completion bodies read from where their conversation's "
+            "previous request ended (read=continued), or read whole (read=whole: a new conversation, an "
+            "edit, or a client that rewrites what comes before the new messages).", ["read"],
+            registry=self.registry)
         self.recalls = Counter(
             "budgeter_proxy_recalls", "budgeter_recall calls answered by the proxy.", registry=self.registry)
 

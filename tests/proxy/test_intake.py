@@ -97,9 +97,9 @@ def test_the_cache_holds_at_most_its_lines_and_bytes():
     assert len(small) == 0 and small.size == 0
 
 
-def read_as_whole(recent: Recent, data: bytes, session: str = "") -> Request:
+def read_as_whole(recent: Recent, data: bytes, session: str = "") -> bool:
     """``recent.read(data)``, checked against reading the whole body: the same fields, messages,
-    tools and repairs, or the same refusal."""
+    tools and repairs, or the same refusal. Whether it was read from where the previous ended."""
     try:
         whole_body = parse(data)
         whole = Request.of(whole_body)
@@ -108,11 +108,11 @@ def read_as_whole(recent: Recent, data: bytes, session: str = "") -> Request:
             recent.read(data, session=session)
         assert err.value.reason == exc.reason
         raise
-    fields, got = recent.read(data, session=session)
+    fields, got, continued = recent.read(data, session=session)
     assert (got.messages, got.tools, got.repairs) == (whole.messages, whole.tools, whole.repairs)
     assert {k: v for k, v in fields.items() if k != "messages"} == {
         k: v for k, v in whole_body.items() if k != "messages"}
-    return got
+    return continued
 
 
 def test_a_body_that_goes_on_from_the_previous_one_is_read_from_where_that_ended():
@@ -136,9 +136,7 @@ def test_a_body_that_goes_on_from_the_previous_one_is_read_from_where_that_ended
                 json.dumps(grown[:6]).encode(), json.dumps(grown[:2]).encode()), False),  # the last one counts
         ]
         for data, continues in bodies:
-            before = recent.continued
-            read_as_whole(recent, data, session)
-            assert recent.continued == before + continues, data[:80]
+            assert read_as_whole(recent, data, session) == continues, data[:80]
 
 
 _MESSAGES = st.lists(st.builds(lambda role, text: {"role": role, "content": text},
@@ -167,11 +165,9 @@ def test_reading_from_where_the_previous_body_ended_gives_what_reading_it_whole_
             "model": "m", "messages": messages}
         if vary_after:
             fields["stream"] = k % 2 == 0
-        before = recent.continued
-        read_as_whole(recent, json.dumps(fields, separators=separators).encode(), session)
         goes_on = previous is not None and messages[:len(previous)] == previous and bool(
             session or len(previous) >= 2)  # unnamed: by its first two messages
-        assert recent.continued == before + goes_on
+        assert read_as_whole(recent, json.dumps(fields, separators=separators).encode(), session) == goes_on
         previous = messages
 
 
@@ -229,6 +225,22 @@ def test_a_history_that_differs_in_one_byte_deep_down_forks(proxy):
     assert h3["x-budgeter-forked"] == "true" and h3["x-budgeter-session"].startswith("agent.")
     assert contents(proxy, h3["x-budgeter-session"]) == [m["content"] for m in edited] + ["b2"]
     assert contents(proxy, "agent") == [m["content"] for m in second] + ["a2"]  # untouched
+
+
+def test_the_official_clients_bodies_are_read_from_where_the_previous_request_ended(proxy):
+    """With and without a session header, each turn after a conversation's first reads only its
+    new bytes, as ``/metrics`` counts."""
+    proxy.upstream.script(*[Script(content=f"r{i}") for i in range(6)])
+    for headers in ({"X-Budgeter-Session": "agent"}, {}):
+        messages = [SYSTEM, {"role": "user", "content": "u0"}]
+        for i in range(3):
+            reply = proxy.client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                         extra_headers=headers)
+            messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content},
+                        {"role": "user", "content": f"u{i + 1}"}]
+    text = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'budgeter_proxy_request_bodies_total{read="continued"} 4.0' in text
+    assert 'budgeter_proxy_request_bodies_total{read="whole"} 2.0' in text
 
 
 def test_other_tools_with_the_same_messages_fork(proxy):
