@@ -121,7 +121,10 @@ class _Seen:
         request that does not continue this one (an edit, a regenerate of an earlier turn)."""
         if self.split is not None:
             return self.split
-        return _ELEMENTS.decode(_FIELDS.decode(self.data)["messages"])
+        try:  # (it was read, in two parts: it reads whole)
+            return _ELEMENTS.decode(_FIELDS.decode(self.data)["messages"])
+        except (ValueError, RecursionError):  # then nothing is taken from it
+            return []
 
     def rest(self, data: bytes) -> bytes | None:
         """When ``data`` continues this request (the same bytes up to the end of its last
@@ -184,9 +187,10 @@ class Recent:
 
     def read(self, data: bytes, *, session: str = "", extra_tools: Sequence[Any] = ()
              ) -> tuple[dict[str, Any], Request, bool]:
-        """The body's fields (``messages`` not parsed), its request, and whether it was read from
-        where its conversation's previous request ended (else whole). ``session``: the client's
-        session header."""
+        """The body's fields, its request, and whether it was read from where its conversation's
+        previous request ended (else whole). ``messages`` in the fields only keeps its place (raw
+        JSON, of the new messages only where the body went on): the request holds the messages.
+        ``session``: the client's session header."""
         found = self._continued(data, session)
         if found is not None:
             try:
