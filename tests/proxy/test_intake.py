@@ -83,6 +83,11 @@ def test_the_messages_a_previous_request_held_byte_for_byte_are_not_parsed_again
     assert again.messages[7] is not first.messages[7] and again.messages[7] != first.messages[7]
     other = recent.request(split(body(history(12))), session="another conversation")
     assert not any(a is b for a, b in zip(other.messages, again.messages, strict=False))
+    _, grown, went_on = recent.read(body(history(14)), session="another conversation")
+    _, edited, _ = recent.read(body(one_byte_changed(history(14), 7)), session="another conversation")
+    assert went_on and all(a is b for a, b in zip(other.messages, grown.messages[:26], strict=True))
+    assert all(a is b for a, b in zip(grown.messages[:7], edited.messages[:7], strict=True))  # (read again)
+    assert edited.messages[7] is not grown.messages[7]
 
 
 def test_the_cache_holds_at_most_its_lines_and_bytes():
