@@ -50,11 +50,16 @@ def loads(data: bytes | str | msgspec.Raw) -> Any:
 _HEAD = b'{"messages":['
 _SPACE = b" \t\r\n"
 PROBE = 64
-"""Leading bytes of a body that name the conversations it may continue, when the client names
-none (``X-Budgeter-Session``): those of one agent share them."""
+"""Bytes looked at where the body and its second message begin, to find the conversation it may
+continue when the client names none (``X-Budgeter-Session``): its first two messages name it."""
 CANDIDATES = 16
-"""Conversations with the same leading bytes tried, most recent first: more of them at once
-read whole, as before."""
+"""Conversations that begin with the same bytes there tried, most recent first: more of them at
+once read whole, as before."""
+STARTS = 8
+"""Places where the second message begins tried for the same first bytes (one per system
+prompt and fields before the messages)."""
+Probe = tuple[bytes, int, bytes]
+"""(the body's first ``PROBE`` bytes, where its second message begins, that message's first bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,15 @@ class _Seen:
     repairs: tuple[Repair, ...]
     split: list[msgspec.Raw] | None = None
     """Each message's raw JSON, where the body was split whole (views of ``data``)."""
+    second: int = 0
+    """Where the second message begins in ``data`` (0: not known)."""
+
+    def probe(self) -> Probe | None:
+        """Where a next body of this conversation is looked for when no session header names it;
+        None for a request of fewer than two messages, or where its second one begins is not known."""
+        if len(self.messages) < 2 or not self.second or self.end < PROBE:
+            return None
+        return self.data[:PROBE], self.second, self.data[self.second:min(self.second + PROBE, self.end)]
 
     def raws(self) -> list[msgspec.Raw]:
         """Each message's raw JSON; read again from the body where it was not split whole, for a
@@ -140,18 +154,20 @@ class _Seen:
         return _HEAD + data[end:] if data[end:end + 1] == b"]" else None
 
 
-def _layout(data: bytes, array: msgspec.Raw, count: int) -> tuple[int, tuple[tuple[str, msgspec.Raw], ...]]:
-    """(``_Seen.end``, ``_Seen.before``) of a body split whole: found where its messages array
-    stands once only in it (0 otherwise, or when it holds no message)."""
+def _layout(data: bytes, array: msgspec.Raw, raws: Sequence[msgspec.Raw]
+            ) -> tuple[int, tuple[tuple[str, msgspec.Raw], ...], int]:
+    """(``_Seen.end``, ``_Seen.before``, ``_Seen.second``) of a body split whole: found where its
+    messages array stands once only in it (0 otherwise, or when it holds no message)."""
     start = data.find(array)
-    if not count or start < 0 or data.find(array, start + 1) >= 0:
-        return 0, ()
+    if not raws or start < 0 or data.find(array, start + 1) >= 0:
+        return 0, (), 0
     try:  # the fields before the array, duplicates as reading the whole body takes them
         head = _FIELDS.decode(data[:start] + b"null}")
     except (ValueError, RecursionError):
-        return 0, ()
+        return 0, (), 0
+    second = data.find(raws[1], start + len(raws[0])) if len(raws) > 1 else 0
     return _last_end(data, start + len(array) - 1), tuple(
-        (k, v.copy()) for k, v in head.items() if k != "messages")
+        (k, v.copy()) for k, v in head.items() if k != "messages"), max(second, 0)
 
 
 def _last_end(data: bytes, close: int) -> int:
@@ -168,9 +184,12 @@ class Recent:
 
     def __init__(self, *, lines: int, max_bytes: int) -> None:
         self._seen: Bounded[str, _Seen] = Bounded(entries=lines, max_bytes=max_bytes)
-        self._probes: dict[bytes, list[str]] = {}
-        """A body's first ``PROBE`` bytes -> the conversations (keys of ``_seen``, named by their
-        first two messages) that began so, most recent first."""
+        self._probes: dict[Probe, list[str]] = {}
+        """``_Seen.probe`` -> the conversations (keys of ``_seen``, named by their first two
+        messages) that began so, most recent first."""
+        self._starts: dict[bytes, list[tuple[int, int]]] = {}
+        """A body's first ``PROBE`` bytes -> where the second message begins and how many of its
+        bytes the probes hold, for the probes held, most recent first."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -206,8 +225,10 @@ class Recent:
         if session:
             keys = ["h" + session]
         else:
+            head = data[:PROBE]
             with self._lock:
-                keys = list(self._probes.get(data[:PROBE], ()))
+                keys = [k for second, n in self._starts.get(head, ())
+                        for k in self._probes.get((head, second, data[second:second + n]), ())]
         for key in keys:
             seen = self._seen.peek(key)
             rest = seen.rest(data) if seen is not None else None
@@ -234,7 +255,8 @@ class Recent:
         request = Request.made(fields, messages, repairs, extra_tools=extra_tools, size=len(data))
         # the array's closing bracket, from its place in ``rest`` (whose "[" is the array's)
         end = _last_end(data, len(data) - len(rest) + len(_HEAD) - 2 + len(array)) if raws else seen.end
-        self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs)), len(data))
+        self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs), None, seen.second),
+                   len(data))
         return fields, request
 
     def request(self, body: Body, *, session: str = "", extra_tools: Sequence[Any] = ()) -> Request:
@@ -256,22 +278,32 @@ class Recent:
             messages.append(from_openai(value, index=i, repairs=repairs))
         request = Request.made(body.fields, messages, repairs, extra_tools=extra_tools, size=body.size)
         assert body.array is not None
-        end, before = _layout(body.data, body.array, len(body.raws))
-        self._keep(key, _Seen(body.data, end, before, tuple(messages), tuple(repairs), body.raws), body.size)
+        end, before, second = _layout(body.data, body.array, body.raws)
+        self._keep(key, _Seen(body.data, end, before, tuple(messages), tuple(repairs), body.raws, second),
+                   body.size)
         return request
 
     def _keep(self, key: str, seen: _Seen, size: int) -> None:
         self._seen.put(key, seen, 2 * size)
-        if key[0] != "d" or len(seen.messages) < 2 or seen.end < PROBE:
-            return  # named by the client, or too short to name its conversation
-        probe = seen.data[:PROBE]
+        probe = seen.probe() if key[0] == "d" else None  # (else named by the client)
+        if probe is None:
+            return
+        head, second, first = probe
         with self._lock:
-            keys = self._probes.setdefault(probe, [])
-            if keys[:1] != [key]:
-                keys[:] = [key, *(k for k in keys if k != key)][:CANDIDATES]
+            _first(self._starts.setdefault(head, []), (second, len(first)), STARTS)
+            _first(self._probes.setdefault(probe, []), key, CANDIDATES)
             if len(self._probes) > 2 * self._seen.entries:  # drop the conversations let go
                 self._probes = {p: live for p, ks in self._probes.items()
                                 if (live := [k for k in ks if self._seen.peek(k) is not None])}
+                self._starts = {}
+                for h, at, text in self._probes:
+                    _first(self._starts.setdefault(h, []), (at, len(text)), STARTS)
+
+
+def _first(items: list[Any], item: Any, limit: int) -> None:
+    """Put ``item`` first in ``items``, keeping at most ``limit``."""
+    if items[:1] != [item]:
+        items[:] = [item, *(i for i in items if i != item)][:limit]
 
 
 def _common(raws: Sequence[msgspec.Raw], seen: Sequence[msgspec.Raw]) -> int:

@@ -176,6 +176,28 @@ def test_reading_from_where_the_previous_body_ended_gives_what_reading_it_whole_
         previous = messages
 
 
+def test_conversations_that_begin_alike_go_on_each_from_its_own_previous_request():
+    """Unnamed conversations of one agent share their first bytes: each is still found by where
+    its second message begins, up to ``CANDIDATES`` of them whose second messages begin alike."""
+    from budgeter.proxy.intake import CANDIDATES
+
+    recent = Recent(lines=64, max_bytes=1 << 30)
+    count = CANDIDATES + 2
+    talks = [[SYSTEM, {"role": "user", "content": f"task {k}: " + "x" * 40}] for k in range(count)]
+    for turn in range(3):
+        went_on = []
+        for k in range(count):
+            talks[k] = [*talks[k], {"role": "assistant", "content": f"a{turn}"}] if turn else talks[k]
+            went_on.append(read_as_whole(recent, body(talks[k]), ""))
+        assert went_on == [turn > 0] * count
+    alike = Recent(lines=64, max_bytes=1 << 30)  # their second messages begin alike too
+    talks = [[SYSTEM, {"role": "user", "content": "x" * 80 + f" task {k}"}] for k in range(CANDIDATES)]
+    for turn in range(3):
+        went_on = [read_as_whole(alike, body([*talk, *[{"role": "assistant", "content": "a"}] * turn]), "")
+                   for talk in talks]
+        assert went_on == [turn > 0] * CANDIDATES
+
+
 def test_a_bad_body_that_goes_on_from_a_good_one_is_refused_as_reading_it_whole_refuses_it():
     recent = Recent(lines=8, max_bytes=1 << 30)
     good = history(3)
