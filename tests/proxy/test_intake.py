@@ -5,6 +5,7 @@ changed between two requests are reconciled as before; the cache stays within it
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -196,6 +197,19 @@ def test_conversations_that_begin_alike_go_on_each_from_its_own_previous_request
         went_on = [read_as_whole(alike, body([*talk, *[{"role": "assistant", "content": "a"}] * turn]), "")
                    for talk in talks]
         assert went_on == [turn > 0] * CANDIDATES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=',[]{}":0123 .eE-+\\/tuefalsnrol\n\ud800', max_size=60), st.booleans())
+def test_any_bytes_after_the_previous_request_read_as_reading_the_body_whole_reads_them(tail, named):
+    """Whatever follows the end of the previous request's last message (new messages, fields,
+    garbage), reading from there gives the request, or the refusal, that reading it whole gives."""
+    recent = Recent(lines=4, max_bytes=1 << 30)
+    first = json.dumps({"model": "m", "messages": history(2)}).encode()
+    read_as_whole(recent, first, "s" if named else "")
+    prefix = first[:first.rindex(b"]")]  # up to the end of the last message
+    with contextlib.suppress(InvalidInput):  # refused alike (checked inside)
+        read_as_whole(recent, prefix + tail.encode("utf-8", "surrogatepass"), "s" if named else "")
 
 
 def test_a_bad_body_that_goes_on_from_a_good_one_is_refused_as_reading_it_whole_refuses_it():
