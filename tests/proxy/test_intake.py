@@ -334,6 +334,23 @@ def test_a_body_with_invalid_utf8_in_a_new_message_is_a_400(proxy):
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_JSON"
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet="ab", max_size=2), min_size=1, max_size=8), st.data())
+def test_a_match_that_passes_over_the_pairs_seen_before_is_the_match_made_afresh(contents, data):
+    """``rc.match`` with the previous turn's ``Seen`` (the same objects, equal copies, an edit, a
+    shorter or longer request) finds what comparing every pair finds."""
+    base = [Message("user", c) for c in contents]
+    earlier = base[:data.draw(st.integers(1, len(base)))]
+    seen = rc.Seen(tuple(earlier), tuple(earlier))
+    copies = [Message(m.role, m.content) for m in base]
+    stored = data.draw(st.sampled_from([base, copies, base[:-1] or base]))
+    request = list(data.draw(st.sampled_from([base, copies, [*base, Message("user", "new")], base[:1]])))
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(0, len(request) - 1))
+        request[at] = Message("user", request[at].content + "!")
+    assert rc.match(stored, request, seen=seen) == rc.match(stored, request)
+
+
 def test_remembered_fork_ids_are_those_fork_id_computes():
     fork_ids = rc.ForkIds(Bounded(entries=2, max_bytes=1 << 20))
     base = [Message("system", "s"), *[Message("user", f"u{i}") for i in range(6)]]
