@@ -222,7 +222,7 @@ def test_a_bad_body_that_goes_on_from_a_good_one_is_refused_as_reading_it_whole_
                          (b', NaN]', "INVALID_MESSAGE"), (b', 5]', "INVALID_MESSAGE"),
                          (b', {"role": "user", "content": "a"}], "stream": "yes"', "INVALID_INPUT"),
                          (b']]', "INVALID_JSON")]:
-        data = b'{"model": "m", "messages": ' + good_json.encode() + rest.replace(b"\\xff", b"\xff") + b"}"
+        data = b'{"model": "m", "messages": ' + good_json.encode() + rest + b"}"
         with pytest.raises(InvalidInput) as err:
             read_as_whole(recent, data, "s")
         assert err.value.reason == reason, rest
