@@ -118,8 +118,8 @@ class _Seen:
     """The fields before the messages, as raw JSON."""
     messages: tuple[Message, ...]
     repairs: tuple[Repair, ...]
-    split: list[msgspec.Raw] | None = None
-    """Each message's raw JSON, where the body was split whole (views of ``data``)."""
+    elements: list[msgspec.Raw] | None = None
+    """Each message's raw JSON, where the body was ``split`` whole (views of ``data``)."""
     second: int = 0
     """Where the second message begins in ``data`` (0: not known)."""
 
@@ -133,8 +133,8 @@ class _Seen:
     def raws(self) -> list[msgspec.Raw]:
         """Each message's raw JSON; read again from the body where it was not split whole, for a
         request that does not continue this one (an edit, a regenerate of an earlier turn)."""
-        if self.split is not None:
-            return self.split
+        if self.elements is not None:
+            return self.elements
         try:  # (it was read, in two parts: it reads whole)
             return _ELEMENTS.decode(_FIELDS.decode(self.data)["messages"])
         except (ValueError, RecursionError):  # then nothing is taken from it

@@ -99,10 +99,10 @@ def answered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``history``, checked to end as an agent's request does: after a user message, or after an
     assistant message's calls and each of their results (a result sent before its call is an
     orphan the proxy repairs, and a turn unlike any agent's)."""
-    calls = [i for i, m in enumerate(history) if m["role"] == "assistant"]
-    if calls:
-        ids = {c["id"] for c in history[calls[-1]].get("tool_calls") or ()}
-        assert {m.get("tool_call_id") for m in history[calls[-1] + 1:] if m["role"] == "tool"} <= ids, \
+    last = next((i for i in range(len(history) - 1, -1, -1) if history[i]["role"] == "assistant"), None)
+    if last is not None:
+        ids = {c["id"] for c in history[last].get("tool_calls") or ()}
+        assert {m.get("tool_call_id") for m in history[last + 1:] if m["role"] == "tool"} <= ids, \
             "a tool result before its call"
     return history
 
