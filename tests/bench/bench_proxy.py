@@ -16,9 +16,9 @@ and each turn is put in the bucket of its history's size (the request body's byt
 overhead p50/p99 (non-streamed turns), the first chunk's added delay (streamed turns), and the
 proxy process's whole CPU per turn (every thread, ``bench_load.cpu_seconds``), with its start-up
 time to /health; and apart, the count of turns that compacted the prompt, the overhead p99 of the
-turns that did not, and the slowest that did. ``--synthetic``: ``tests.bench.sessions`` sessions instead; ``--edit-at 0.5``: the
-client edits its latest reply once the history is half the largest size, so the turns after go
-on in a fork.
+turns that did not, and the slowest that did. ``--synthetic``: ``tests.bench.sessions`` sessions
+instead; ``--edit-at 0.5``: the client edits its latest reply once the history is half the
+largest size, so the turns after go on in a fork.
 """
 
 from __future__ import annotations
