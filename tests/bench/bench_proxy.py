@@ -87,7 +87,7 @@ def timed(client: httpx.Client, url: str, body: dict[str, Any] | bytes, headers:
           ) -> tuple[float, float, int, bool]:
     """(seconds to the first body byte, seconds to the end, status, compacted). The client's own
     garbage collector is off (``quiet``): a full collection of a client holding a 2M-char
-    history took tens of milliseconds, and inside a timed request it read as the proxy's."""
+    history took 18-21 ms, and inside a timed request it would read as the proxy's."""
     sent: dict[str, Any] = ({"content": body, "headers": {**headers, "content-type": "application/json"}}
                             if isinstance(body, bytes) else {"json": body, "headers": headers})
     started = time.perf_counter()
