@@ -181,7 +181,7 @@ def grow(client: httpx.Client, proxy: str, upstream: str, pid: int, body: dict[s
         row = out[bucket]
         row["cpu"].append(cpu)
         if via[3]:
-            row["compacting"].append(cpu)
+            row["compacting"].append(1)  # a tally: only its length is printed
         if stream:
             row["first chunk"].append(via[0] - direct[0])
         else:
@@ -225,7 +225,7 @@ def growth(args: argparse.Namespace) -> None:
                   f"{pct(row['overhead'], .5):9.2f} ms {pct(row['overhead'], .99):7.2f}  "
                   f"{pct(row['first chunk'], .5):10.2f} ms {pct(row['first chunk'], .99):7.2f}  "
                   f"{pct(row['cpu'], .5):15.2f} ms {statistics.mean(row['cpu']):7.2f}  "
-                  f"{len(row.get('compacting', ())):10}  {pct(row.get('overhead, other') or [0.0], .99):7.2f}  "
+                  f"{len(out[size]['compacting']):10}  {pct(row.get('overhead, other') or [0.0], .99):7.2f}  "
                   f"{max(row.get('overhead, compacting') or [0.0]):11.2f} ms")
         low = size
 
