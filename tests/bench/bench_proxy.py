@@ -226,7 +226,8 @@ def growth(args: argparse.Namespace) -> None:
                   f"{pct(row['first chunk'], .5):10.2f} ms {pct(row['first chunk'], .99):7.2f}  "
                   f"{pct(row['cpu'], .5):15.2f} ms {statistics.mean(row['cpu']):7.2f}  "
                   f"{len(out[size]['compacting']):10}  {pct(row.get('overhead, other') or [0.0], .99):7.2f}  "
-                  f"{max(row.get('overhead, compacting') or [0.0]):11.2f} ms")
+                  + (f"{max(row['overhead, compacting']):11.2f} ms" if row.get("overhead, compacting")
+                     else f"{'-':>14}"))  # (its compacting turns, if any, were streamed)
         low = size
 
 

@@ -50,8 +50,12 @@ class Script:
 
 
 class Upstream:
-    def __init__(self, count: Callable[[dict[str, Any]], int] | None = None) -> None:
+    def __init__(self, count: Callable[[dict[str, Any]], int] | None = None, *, keep: bool = True) -> None:
         self.count = count
+        self.keep = keep
+        """Keep what was received and sent, for tests to read. A benchmark's upstream keeps nothing:
+        every replayed history it held made its full collections tens to hundreds of milliseconds,
+        inside whichever request was in flight (``bench_proxy``'s stalls at low proxy CPU)."""
         self.scripts: list[Script] = []
         self.received: list[dict[str, Any]] = []
         self.sent: list[bytes] = []
@@ -66,7 +70,8 @@ class Upstream:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
-        self.received.append(body)
+        if self.keep:
+            self.received.append(body)
         script = self.scripts.pop(0) if self.scripts else self._default(body)
         if script.reply is not None:
             script = script.reply(body)
@@ -135,7 +140,8 @@ class Upstream:
         for n, piece in enumerate(pieces):
             if n == stall_at and script.stall:
                 await asyncio.sleep(script.stall)
-            self.sent.append(piece)
+            if self.keep:
+                self.sent.append(piece)
             yield piece
             await asyncio.sleep(0)
 
@@ -165,9 +171,14 @@ class Running:
 
 def main() -> None:
     """``python -m tests.proxy.upstream PORT``: the scripted upstream as its own process (benchmarks)."""
+    import gc
     import sys
 
-    uvicorn.run(Upstream().app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(Upstream(keep=False).app, host="127.0.0.1", port=int(sys.argv[1]),
+                                           log_level="warning"))
+    server.config.load()
+    gc.freeze()  # what start-up made is never garbage: full collections do not walk it again
+    server.run()
 
 
 if __name__ == "__main__":
