@@ -17,7 +17,7 @@ from typing import Any
 import uvicorn
 
 from budgeter.errors import BudgeterError
-from budgeter.proxy.app import create_app
+from budgeter.proxy.app import Proxy, create_app
 from budgeter.sessions.cpus import pin
 from budgeter.sessions.sessions import Sessions, from_settings
 from budgeter.sessions.tokenizers import settle
@@ -99,13 +99,15 @@ def head_deadline(head_timeout: float) -> type[asyncio.Protocol]:
     return type("HeadDeadlineProtocol", (_HeadDeadline, AutoHTTPProtocol), {"head_timeout": head_timeout})
 
 
-def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> uvicorn.Config:
-    """The app, with its worker threads started and set up to count, in uvicorn's config."""
+def _config(settings: Settings, sessions: Sessions, *, log_level: str) -> tuple[uvicorn.Config, Proxy]:
+    """The app, with its worker threads started and set up to count, in uvicorn's config; and its
+    handlers."""
     app = create_app(settings, sessions)
-    start_all(app.state.proxy.pool, settings.max_workers)
+    proxy: Proxy = app.state.proxy
+    start_all(proxy.pool, settings.max_workers)
     return uvicorn.Config(app, host=settings.host, port=settings.proxy_port, log_level=log_level,
                           access_log=False, timeout_graceful_shutdown=int(settings.grace) or None,
-                          lifespan="on", http=head_deadline(settings.header_timeout))
+                          lifespan="on", http=head_deadline(settings.header_timeout)), proxy
 
 
 @dataclass
@@ -114,10 +116,16 @@ class ProxyServer:
     thread: threading.Thread
     port: int
     sessions: Sessions
+    proxy: Proxy
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait until the replies already answered are in their sessions (each is appended just
+        after its response goes out): for a reader of the store beside the proxy."""
+        return self.proxy.turns.settled(timeout)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -148,7 +156,8 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
     """The proxy on ``settings.host:settings.proxy_port`` (0: a free port) in a background thread."""
     sessions = sessions or open_sessions(settings)
     sock = _bind(settings)
-    server = uvicorn.Server(_config(settings, sessions, log_level=log_level))
+    config, proxy = _config(settings, sessions, log_level=log_level)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="budgeter-proxy")
     thread.start()
     deadline = time.monotonic() + 30
@@ -156,7 +165,7 @@ def start(settings: Settings, *, sessions: Sessions | None = None, log_level: st
         time.sleep(0.01)
     if not server.started:
         raise BudgeterError("the proxy did not start")
-    return ProxyServer(server, thread, sock.getsockname()[1], sessions)
+    return ProxyServer(server, thread, sock.getsockname()[1], sessions, proxy)
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
@@ -173,7 +182,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         shown = f", chat format {chat_format}" if chat_format else ""
         print(f"budgeter proxy: serving on http://{settings.host}:{port}/v1 -> {settings.upstream} "
               f"(store {settings.store_url}, tokenizer {settings.default_tokenizer}{shown})", flush=True)
-        _Server(_config(settings, sessions, log_level=log_level)).run(sockets=[sock])
+        _Server(_config(settings, sessions, log_level=log_level)[0]).run(sockets=[sock])
     finally:
         sessions.store.close()
     print("budgeter proxy: stopped", flush=True)

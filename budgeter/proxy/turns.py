@@ -8,7 +8,9 @@ the reconciliation rule is in ``reconcile.py``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,9 @@ class Turn:
     stays at the request for the next regenerate (the client's next turn brings the answer it kept)."""
     sent: tuple[list[JSONDict], list[JSONDict]] | None = None
     """The build's request as counted where the template needed a rewrite (``Built.sent``)."""
+    root: str = ""
+    """The conversation the request named, or the one derived from its first messages: the key its
+    next turn waits on while this turn's reply is appended (``ProxySessions.reply_pending``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +99,16 @@ class ProxySessions:
         request's body: a memo of comparisons, never a verdict (the line is read from the store
         each turn)."""
         self._fork_id = rc.ForkIds(Bounded(entries=lines, max_bytes=max_bytes))
+        self._replies: dict[str, futures.Future[bool]] = {}
+        """Per conversation, the append of its last reply while it runs (``reply_pending``)."""
+        self._replies_lock = threading.Lock()
 
     # -- a turn ----------------------------------------------------------------------------------
 
     def turn(self, request: Request, *, session: str = "") -> Turn:
         """Reconcile, append the new suffix once, build."""
         root = session or rc.derived_id(request.messages, request.tools)
+        self._settle(root)
         appended = None
         for _ in range(2):
             line, stored, regenerate = self._resolve(root, request)
@@ -116,7 +125,36 @@ class ProxySessions:
             raise EtagMismatch("the session changed while this request was being added; retry",
                                metadata={"session": line.id})
         built = self.sessions.build(line.id, after=appended)
-        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate, built.sent)
+        return Turn(line.id, built.result, built.info.etag, len(suffix), line.id != root, regenerate, built.sent,
+                    root)
+
+    def reply_pending(self, turn: Turn, pending: futures.Future[bool]) -> None:
+        """``pending`` appends ``turn``'s reply after the response went out; the conversation's next
+        turn waits for it (``turn``), so that it never overtakes the append. A client can only send
+        that turn once it has the reply, so the append was handed to a worker first and no worker
+        waits on work queued behind it."""
+        root = turn.root
+        with self._replies_lock:
+            self._replies[root] = pending
+
+        def done(finished: futures.Future[bool]) -> None:
+            with self._replies_lock:
+                if self._replies.get(root) is finished:
+                    del self._replies[root]
+        pending.add_done_callback(done)
+
+    def _settle(self, root: str) -> None:
+        with self._replies_lock:
+            pending = self._replies.get(root)
+        if pending is not None:
+            futures.wait([pending])
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait until every reply handed over is appended (shutdown, and readers that must see it);
+        False if some were still running after ``timeout`` seconds."""
+        with self._replies_lock:
+            pending = list(self._replies.values())
+        return not futures.wait(pending, timeout).not_done
 
     def _resolve(self, root: str, request: Request) -> tuple[Line, int, bool]:
         """The line the request extends, how many of the request's messages it already holds, and
@@ -168,6 +206,10 @@ class ProxySessions:
                 return Line(sid, (), tuple(request.tools), info.record.incarnation, 0)
             except AlreadyExists:
                 return self.sessions.line(sid)
+
+    def check_reply(self, reply: Message) -> None:
+        """The append's limits on the reply (``LimitExceeded``), checked before the response goes out."""
+        self.sessions.check_messages([reply])
 
     def append_reply(self, turn: Turn, reply: Message) -> bool:
         """Append the upstream's reply; False when the session moved on meanwhile, or the turn was

@@ -207,6 +207,11 @@ class Sessions:
         return AppendResult(appended, make_etag(outcome.version, info.record.incarnation, outcome.digest),
                             outcome.version, outcome.replayed, cfg.tokenizer, current)
 
+    def check_messages(self, messages: Sequence[Message]) -> None:
+        """``append``'s limits on ``messages``, without appending them: for an append that runs
+        after its caller has answered (the proxy's reply), whose refusal must come before."""
+        self.check_sizes([len(dumps_compact(to_openai(m, extensions=True)).encode()) for m in messages])
+
     def check_sizes(self, sizes: Sequence[int]) -> None:
         """The append limits, on sizes alone: callers check them before parsing anything."""
         lim = self.limits

@@ -77,6 +77,7 @@ class Proxied:
         return self.server.base_url
 
     def history(self, session: str) -> list[Any]:
+        assert self.server.settled(30), "a reply's append did not finish"
         live = self.sessions.live(session)
         with live.lock:
             return list(live.engine.history)

@@ -136,6 +136,7 @@ def test_the_proxy_and_the_grpc_service_share_one_store(proxy):
 
     proxy.upstream.script(Script(content="a1"))
     _, h = ask(proxy, [SYSTEM, {"role": "user", "content": "u1"}])
+    assert proxy.server.settled(30)  # the reply is stored just after its response went out
     other = Sessions(proxy.sessions.store, proxy.sessions.tokenizers)  # what `budgeter serve` would open
     result = other.build(h["x-budgeter-session"]).result
     assert [m["content"] for m in result.openai_messages()] == ["You are terse.", "u1", "a1"]

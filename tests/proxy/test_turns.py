@@ -5,6 +5,9 @@ once with its finish_reason, and sessions are reconciled by the documented rule.
 from __future__ import annotations
 
 import json
+import threading
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -132,3 +135,60 @@ def test_a_request_rewritten_for_the_template_says_so(make_proxy, llama3_path, c
     assert "x-budgeter-notes" not in plain.headers  # sent as given
     metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
     assert 'budgeter_proxy_adapted_requests_total{kind="tools_as_text"} 1.0' in metrics
+
+
+def test_the_response_does_not_wait_for_its_reply_to_be_stored_and_the_next_turn_does(proxy):
+    """The reply is appended after its response goes out. Here its append is held back by the
+    tokenizer's lock (which an append takes), taken once the upstream has the request: the response
+    still arrives. The conversation's next request, sent meanwhile, waits for that append, so it
+    adds only its own new message."""
+    arrived, go = threading.Event(), threading.Event()
+
+    def answer(body: dict) -> Script:
+        arrived.set()
+        assert go.wait(30)
+        return Script(content="first answer")
+
+    proxy.upstream.script(Script(reply=answer), Script(content="second answer"))
+    lock = proxy.sessions.tokenizers.lock(proxy.server.proxy.turns.tokenizer)
+    first = [SYSTEM, user("one")]
+    second = [*first, {"role": "assistant", "content": "first answer"}, user("two")]
+
+    def ask(messages: list) -> object:
+        return proxy.client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, extra_headers={"X-Budgeter-Session": "deferred"})
+
+    with ThreadPoolExecutor(2) as pool:
+        one = pool.submit(ask, first)
+        assert arrived.wait(30)
+        with lock:
+            go.set()
+            assert one.result(60).parse().choices[0].message.content == "first answer"
+            assert not proxy.server.settled(0)  # its append waits for the lock
+            two = pool.submit(ask, second)
+        raw = two.result(60)
+    assert raw.headers["x-budgeter-appended"] == "1"  # "two" alone: the reply was stored before it
+    assert [m.content for m in proxy.history("deferred")] == [
+        SYSTEM["content"], "one", "first answer", "two", "second answer"]
+
+
+def test_a_turn_waits_for_the_append_of_its_conversations_last_reply(proxy):
+    """The order alone, in process: while the last reply's append is handed over and unfinished,
+    the conversation's next turn does not begin (were it to, it would store the reply from the
+    request, and the append would find the session moved on). Completes once the append is in."""
+    from budgeter.core.messages import from_openai
+    from budgeter.proxy.turns import Request
+
+    turns = proxy.server.proxy.turns
+    first = [SYSTEM, user("one")]
+    turn = turns.turn(Request.of({"messages": first}), session="ordered")
+    pending: futures.Future[bool] = futures.Future()
+    turns.reply_pending(turn, pending)
+    with ThreadPoolExecutor(1) as pool:
+        reply = {"role": "assistant", "content": "first answer"}
+        later = pool.submit(turns.turn, Request.of({"messages": [*first, reply, user("two")]}), session="ordered")
+        assert not futures.wait([later], timeout=0.5).done  # (a machine too slow to begin would pass it too)
+        assert turns.append_reply(turn, from_openai(reply))
+        pending.set_result(True)
+        assert later.result(30).appended == 1  # "two" alone
+    assert turns.settled(0)
