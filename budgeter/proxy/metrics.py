@@ -27,7 +27,7 @@ class ProxyMetrics(Metrics):
             "from budgeter's count.", ["model"], registry=self.registry)
         self.overhead_seconds = Histogram(
             "budgeter_proxy_overhead_seconds", "Time a chat completion spent in the proxy, not "
-            "counting the upstream (reconcile, append, build, reply append).", buckets=BUCKETS,
+            "counting the upstream (reconcile, append, build, the reply's size check).", buckets=BUCKETS,
             registry=self.registry)
         self.upstream_seconds = Histogram(
             "budgeter_proxy_upstream_duration_seconds", "Upstream time per chat completion, by "

@@ -274,7 +274,7 @@ def main() -> None:
           f"p99 {pct(delays, .99):6.2f} ms")
     buckets = [line.split("{", 1)[1] for line in metrics.splitlines()
                if line.startswith("budgeter_proxy_overhead_seconds_bucket")]
-    print("  in-proxy time (reconcile, append, build, reply append; histogram):", ", ".join(
+    print("  in-proxy time (reconcile, append, build; histogram):", ", ".join(
         f"{b.split('}')[0].removeprefix('le=')} {float(b.split('} ')[1]):.0f}" for b in buckets[:8]))
     compacted = [line for line in metrics.splitlines() if line.startswith("budgeter_tokens_elided_total")]
     print("  compaction:", "; ".join(compacted) or "none")
