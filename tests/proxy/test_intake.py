@@ -159,7 +159,9 @@ def test_reading_from_where_the_previous_body_ended_gives_what_reading_it_whole_
     and order of fields, reads as reading each body whole reads it."""
     recent = Recent(lines=4, max_bytes=1 << 30)
     messages = [{"role": "system", "content": "You are a careful, terse assistant. " * 3}]
-    previous: list[dict[str, Any]] | None = None
+    kept: dict[str, list[dict[str, Any]]] = {}
+    """The previous request of each conversation, as ``recent`` keeps them: by the session's name,
+    or unnamed by its first two messages (a shorter body is kept by none), the 4 latest."""
     for k, (op, more) in enumerate(steps):
         if op == "grow":
             messages = [*messages, *more]
@@ -171,10 +173,15 @@ def test_reading_from_where_the_previous_body_ended_gives_what_reading_it_whole_
             "model": "m", "messages": messages}
         if vary_after:
             fields["stream"] = k % 2 == 0
-        goes_on = previous is not None and messages[:len(previous)] == previous and bool(
-            session or len(previous) >= 2)  # unnamed: by its first two messages
+        key = session or (json.dumps(messages[:2]) if len(messages) >= 2 else "")
+        previous = kept.get(key) if key else None
+        goes_on = previous is not None and messages[:len(previous)] == previous
         assert read_as_whole(recent, json.dumps(fields, separators=separators).encode(), session) == goes_on
-        previous = messages
+        if key:
+            kept.pop(key, None)
+            kept[key] = messages
+            while len(kept) > 4:
+                del kept[next(iter(kept))]
 
 
 def test_conversations_that_begin_alike_go_on_each_from_its_own_previous_request():
@@ -309,6 +316,7 @@ def test_a_session_another_process_changed_between_two_requests_is_read_from_the
     try:
         first = [SYSTEM, {"role": "user", "content": "u1"}]
         ask(proxy, first)
+        assert proxy.server.settled(30)  # a1 is stored (just after the response) before the other writes
         other.append("agent", [Message(role="user", content="u2")])  # the same next message, stored by another
         second = [*first, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
         _, h2 = ask(proxy, second)

@@ -161,6 +161,7 @@ def test_tiny_qwen3_coding_session_with_cut_calls_is_exact_and_accepted(tiny_qwe
             seen.append((usage.prompt_tokens, int(headers["x-budgeter-tokens-after"]),
                          headers["x-budgeter-compacted"], headers["x-budgeter-appended"], finish))
             messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"go on ({k})"}]
+        assert proxy.settled(30)  # the last reply is stored just after its response
         stored = proxy.sessions.list_sessions()[0]
         history = proxy.sessions.live(stored[0].id).engine.history
     finally:
@@ -210,6 +211,7 @@ def test_tiny_qwen3_lone_surrogates_are_repaired_and_every_turn_is_accepted(tiny
             body = reply.json()
             seen.append((body["usage"]["prompt_tokens"], int(reply.headers["x-budgeter-tokens-after"])))
             messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"] or ""})
+        assert proxy.settled(30)
         history = proxy.sessions.live(proxy.sessions.list_sessions()[0][0].id).engine.history
     finally:
         proxy.stop()

@@ -3,6 +3,8 @@ twice, a diverging history goes to its own fork, and the header names the sessio
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.proxy.upstream import Script
@@ -148,16 +150,47 @@ def test_two_proxy_replicas_over_one_redis_continue_each_others_sessions(make_pr
     a.upstream.script(Script(content="a1"), Script(content="a2"), Script(content="a3"))
     first = [SYSTEM, {"role": "user", "content": "u1"}]
     _, h1 = ask(a, first)
+    assert a.server.settled(30)  # a's reply is stored (just after its response) before the next turn
     second = [*first, assistant("a1"), {"role": "user", "content": "u2"}]
     _, h2 = ask(b, second)  # the next turn lands on the other replica
     assert h2["x-budgeter-session"] == h1["x-budgeter-session"] and h2["x-budgeter-appended"] == "1"
+    assert b.server.settled(30)
     _, h3 = ask(a, [*second, assistant("a2"), {"role": "user", "content": "u3"}])
     assert h3["x-budgeter-appended"] == "1" and h3["x-budgeter-forked"] == "false"
+    assert a.server.settled(30)
     assert [m.content for m in b.history(h1["x-budgeter-session"])][-2:] == ["u3", "a3"]
 
 
+def test_a_next_turn_on_another_replica_before_the_reply_is_stored_keeps_one_copy(make_proxy, redis_url):
+    """Replica a answers, but its append of the reply is held back (by its tokenizer's lock, which
+    an append takes); the next turn lands on b meanwhile and stores the reply from the request. a's
+    append then finds the session moved on: the reply is stored once, nothing is lost."""
+    import threading
+
+    a, b = make_proxy(store=redis_url), make_proxy(store=redis_url)
+    arrived, go = threading.Event(), threading.Event()
+
+    def answer(body: dict) -> Script:
+        arrived.set()
+        assert go.wait(30)
+        return Script(content="a1")
+
+    a.upstream.script(Script(reply=answer), Script(content="a2"))
+    first = [SYSTEM, {"role": "user", "content": "u1"}]
+    second = [*first, assistant("a1"), {"role": "user", "content": "u2"}]
+    with ThreadPoolExecutor(1) as pool:
+        one = pool.submit(ask, a, first, **{"X-Budgeter-Session": "hop"})
+        assert arrived.wait(30)
+        with a.sessions.tokenizers.lock(a.server.proxy.turns.tokenizer):
+            go.set()
+            assert one.result(60)[0].choices[0].message.content == "a1"
+            _, h2 = ask(b, second, **{"X-Budgeter-Session": "hop"})
+    assert h2["x-budgeter-appended"] == "2" and h2["x-budgeter-forked"] == "false"  # a1 from the request
+    assert a.server.settled(30) and b.server.settled(30)
+    assert [m.content for m in b.history("hop")] == [SYSTEM["content"], "u1", "a1", "u2", "a2"]
+
+
 def test_concurrent_duplicates_append_once_and_store_one_reply(proxy):
-    from concurrent.futures import ThreadPoolExecutor
 
     proxy.upstream.script(*[Script(content=f"r{i}", delay=0.2) for i in range(4)])
     messages = [SYSTEM, {"role": "user", "content": "same request, sent four times at once"}]
