@@ -78,6 +78,12 @@ MAX_TTL = 3650 * 86_400
 into (every read of the session, and every listing page holding it, failed)."""
 
 
+def _serialized(messages: Sequence[Message]) -> tuple[list[str], list[bytes]]:
+    """Each message as stored JSON, and encoded: once, for the size limits and the fingerprint."""
+    texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]
+    return texts, [t.encode() for t in texts]
+
+
 class Sessions:
     def __init__(self, store: SessionStore, tokenizers: Tokenizers, *, limits: Limits | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -137,8 +143,7 @@ class Sessions:
     def append(self, name: str, messages: Sequence[Message], *, request_id: str = "",
                etag: str = "") -> AppendResult:
         sid = session_id_of(name)
-        texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]  # serialized once
-        encoded = [t.encode() for t in texts]  # encoded once: for the size limits and the fingerprint
+        texts, encoded = _serialized(messages)
         self.check_sizes([len(b) for b in encoded])
         fp = fingerprint(encoded)
         live = self.replica.cached(sid)
@@ -210,7 +215,7 @@ class Sessions:
     def check_messages(self, messages: Sequence[Message]) -> None:
         """``append``'s limits on ``messages``, without appending them: for an append that runs
         after its caller has answered (the proxy's reply), whose refusal must come before."""
-        self.check_sizes([len(dumps_compact(to_openai(m, extensions=True)).encode()) for m in messages])
+        self.check_sizes([len(b) for b in _serialized(messages)[1]])
 
     def check_sizes(self, sizes: Sequence[int]) -> None:
         """The append limits, on sizes alone: callers check them before parsing anything."""

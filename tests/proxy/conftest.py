@@ -76,6 +76,11 @@ class Proxied:
     def base_url(self) -> str:
         return self.server.base_url
 
+    def tokenizer_lock(self) -> Any:
+        """The lock every append and build with this proxy's tokenizer takes: held, it holds back a
+        reply's append."""
+        return self.sessions.tokenizers.lock(self.server.proxy.turns.tokenizer)
+
     def history(self, session: str) -> list[Any]:
         assert self.server.settled(30), "a reply's append did not finish"
         live = self.sessions.live(session)

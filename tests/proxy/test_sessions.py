@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.proxy.upstream import Script
+from tests.proxy.upstream import Held, Script
 
 pytestmark = pytest.mark.shared
 
@@ -165,24 +165,16 @@ def test_a_next_turn_on_another_replica_before_the_reply_is_stored_keeps_one_cop
     """Replica a answers, but its append of the reply is held back (by its tokenizer's lock, which
     an append takes); the next turn lands on b meanwhile and stores the reply from the request. a's
     append then finds the session moved on: the reply is stored once, nothing is lost."""
-    import threading
-
     a, b = make_proxy(store=redis_url), make_proxy(store=redis_url)
-    arrived, go = threading.Event(), threading.Event()
-
-    def answer(body: dict) -> Script:
-        arrived.set()
-        assert go.wait(30)
-        return Script(content="a1")
-
-    a.upstream.script(Script(reply=answer), Script(content="a2"))
+    held = Held("a1")
+    a.upstream.script(held.script, Script(content="a2"))
     first = [SYSTEM, {"role": "user", "content": "u1"}]
     second = [*first, assistant("a1"), {"role": "user", "content": "u2"}]
     with ThreadPoolExecutor(1) as pool:
         one = pool.submit(ask, a, first, **{"X-Budgeter-Session": "hop"})
-        assert arrived.wait(30)
-        with a.sessions.tokenizers.lock(a.server.proxy.turns.tokenizer):
-            go.set()
+        assert held.arrived.wait(30)
+        with a.tokenizer_lock():
+            held.go.set()
             assert one.result(60)[0].choices[0].message.content == "a1"
             _, h2 = ask(b, second, **{"X-Budgeter-Session": "hop"})
     assert h2["x-budgeter-appended"] == "2" and h2["x-budgeter-forked"] == "false"  # a1 from the request

@@ -5,7 +5,6 @@ once with its finish_reason, and sessions are reconciled by the documented rule.
 from __future__ import annotations
 
 import json
-import threading
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +12,7 @@ import httpx
 import pytest
 
 from budgeter.core.jsonargs import ArgStatus, classify_arguments
-from tests.proxy.upstream import Script
+from tests.proxy.upstream import Held, Script
 
 pytestmark = pytest.mark.shared
 
@@ -142,15 +141,8 @@ def test_the_response_does_not_wait_for_its_reply_to_be_stored_and_the_next_turn
     tokenizer's lock (which an append takes), taken once the upstream has the request: the response
     still arrives. The conversation's next request, sent meanwhile, waits for that append, so it
     adds only its own new message."""
-    arrived, go = threading.Event(), threading.Event()
-
-    def answer(body: dict) -> Script:
-        arrived.set()
-        assert go.wait(30)
-        return Script(content="first answer")
-
-    proxy.upstream.script(Script(reply=answer), Script(content="second answer"))
-    lock = proxy.sessions.tokenizers.lock(proxy.server.proxy.turns.tokenizer)
+    held = Held("first answer")
+    proxy.upstream.script(held.script, Script(content="second answer"))
     first = [SYSTEM, user("one")]
     second = [*first, {"role": "assistant", "content": "first answer"}, user("two")]
 
@@ -160,9 +152,9 @@ def test_the_response_does_not_wait_for_its_reply_to_be_stored_and_the_next_turn
 
     with ThreadPoolExecutor(2) as pool:
         one = pool.submit(ask, first)
-        assert arrived.wait(30)
-        with lock:
-            go.set()
+        assert held.arrived.wait(30)
+        with proxy.tokenizer_lock():
+            held.go.set()
             assert one.result(60).parse().choices[0].message.content == "first answer"
             assert not proxy.server.settled(0)  # its append waits for the lock
             two = pool.submit(ask, second)

@@ -49,6 +49,21 @@ class Script:
     media_type: str = "application/json"
 
 
+class Held:
+    """A reply the upstream holds back: ``arrived`` is set once the request is in, and the reply
+    (``content``) goes once ``go`` is set; ``script`` is what to queue."""
+
+    def __init__(self, content: str) -> None:
+        self.arrived, self.go = threading.Event(), threading.Event()
+        self.content = content
+        self.script = Script(reply=self._answer)
+
+    def _answer(self, body: dict[str, Any]) -> Script:
+        self.arrived.set()
+        assert self.go.wait(30), "the test never let the reply go"
+        return Script(content=self.content)
+
+
 class Upstream:
     def __init__(self, count: Callable[[dict[str, Any]], int] | None = None, *, keep: bool = True) -> None:
         self.count = count

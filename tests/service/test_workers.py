@@ -111,7 +111,7 @@ def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp
     try:
         mine = {t for t in threading.enumerate() if t.name.startswith("budgeter-proxy_")} - before
         assert len(mine) == 3
-        assert _set_up_on_every_thread(proxy.server.config.app.state.proxy.pool, 3) == [True] * 3
+        assert _set_up_on_every_thread(proxy.proxy.pool, 3) == [True] * 3
         live = httpx.get(proxy.base_url.removesuffix("/v1") + "/health/liveness", timeout=30)  # (no upstream)
         assert live.json()["status"] == "SERVING"
     finally:
