@@ -53,7 +53,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from budgeter.client import AsyncClient, Client
+from budgeter.client import AsyncClient, Client, ClientError
 from tests.bench.bench_service import pct, turns
 from tests.bench.sessions import make_session
 from tests.redis_server import WAITAOF, RedisServer, free_port, redis_binary, server_version
@@ -120,6 +120,20 @@ class Run:
     p99: float
 
 
+def warm_up(client: Client, tries: int = 5) -> None:
+    """One session and append before the measured turns. With a replica, a write right after it
+    came online can miss ``durability_timeout`` (its first acknowledgements; a CI run's warm-up
+    ``CreateSession`` did at the default 1 s), and the client retries no create: the warm-up is
+    made again, with a new session."""
+    for left in range(tries - 1, -1, -1):
+        try:
+            client.create_session().append([{"role": "user", "content": "warm-up"}])
+            return
+        except ClientError as exc:
+            if exc.reason != "STORE_UNAVAILABLE" or not left:
+                raise
+
+
 def start_redis(binary: str, durability: str) -> list[RedisServer]:
     """A private redis-server with AOF, and with ``durability`` a replica of it (AOF too: WAITAOF
     counts a replica once its AOF has the write), its link up."""
@@ -158,7 +172,7 @@ def run_setup(name: str, bodies: list[dict[str, Any]], *, concurrency: int, wind
                 for i, m in enumerate(metrics_ports)]
     try:
         clients = [Client(r.target, timeout=60) for r in replicas]
-        clients[0].create_session().append([{"role": "user", "content": "warm-up"}])
+        warm_up(clients[0])
         pids = [r.proc.pid for r in replicas]
         cpu0, rss0 = [cpu_seconds(p) for p in pids], [rss_mb(p) for p in pids]
         info0 = redis_info(redis_server.url) if redis_server else None
