@@ -25,6 +25,7 @@ from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
 from budgeter.core.steps import ALWAYS, COMPACT
+from budgeter.core.steps.drop import Digested
 from budgeter.core.typing import JSONDict, PromptCounter
 from budgeter.errors import InvalidInput, PayloadNotFound
 
@@ -110,6 +111,8 @@ class Engine:
         """The previous render of the history as received (``tokens_before``)."""
         self._summed: tuple[View | None, int] = (None, 0)
         """The last view a build summed the costs of, and the sum (``Context.summed``)."""
+        self._digest: Digested | None = None
+        """The last digest a build made (``Context.digest``)."""
 
     def payload(self, handle: str) -> str:
         """What ``handle`` stands for in a prompt: an elided payload, or the messages a digest
@@ -153,7 +156,8 @@ class Engine:
     def build(self) -> BuildResult:
         ctx = Context(self.counter, self.tools, self.policy, self.log,
                       target=int(self.policy.budget * self.policy.low_water),
-                      superseded=self.superseded, memo=self._memo, fresh=self._planned, summed=self._summed)
+                      superseded=self.superseded, memo=self._memo, fresh=self._planned, summed=self._summed,
+                      digest=self._digest)
         changed = self.log.changed_failures
         if self._settled:
             ctx.dirty = set(changed[self._failures_seen:])
@@ -170,6 +174,7 @@ class Engine:
         self.links.update(ctx.links)
         self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
         self._summed = ctx.summed
+        self._digest = ctx.digest
         self._planned = len(self.log)
         self._settled = not compacted
         return self._result(view, before, compacted, steps, ctx)

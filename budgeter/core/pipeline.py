@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from budgeter.core.chains import Link
 from budgeter.core.counting import count_rendered
@@ -21,6 +21,9 @@ from budgeter.core.memo import same_objects
 from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
 from budgeter.core.typing import JSONDict, PromptCounter
+
+if TYPE_CHECKING:
+    from budgeter.core.steps.drop import Digested
 
 
 class Kind(StrEnum):
@@ -111,6 +114,9 @@ class Context:
     form (None: look at every failed call)."""
     _delta: int = 0
     _counted: View | None = None
+    digest: Digested | None = None
+    """The last digest this session's builds made (``steps/drop``): an engine hands on its previous
+    build's."""
     summed: tuple[View | None, int] = (None, 0)
     """The last view summed and its sum: a step that changes nothing hands the next one the view it
     was given, and a step's closing estimate is the next one's opening estimate (an engine hands

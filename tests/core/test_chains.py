@@ -8,11 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budgeter.core import Engine, Policy
-from budgeter.core.chains import Link, assemble, joined, list_handle
+from budgeter.core.chains import Link, ListHash, assemble, joined, list_handle
 from budgeter.core.jsonargs import dumps
 from budgeter.core.markers import handle_for, handles_in
-from budgeter.core.messages import from_openai_list, to_openai
-from budgeter.core.pipeline import Kind
+from budgeter.core.messages import Message, ToolCall, from_openai_list, to_openai
+from budgeter.core.pipeline import Context, Kind
+from budgeter.core.steps.drop import _as_json, _digest_message
 from budgeter.errors import PayloadNotFound
 from tests.bench.bench_service import turns
 from tests.bench.sessions import make_session
@@ -35,6 +36,27 @@ def test_the_handle_of_a_list_is_that_of_its_text(items):
     assert json.loads(joined(items)) == [json.loads(i) for i in items]
 
 
+@given(st.lists(json_texts, max_size=8), st.lists(st.integers(0, 8), max_size=4))
+def test_a_list_hashed_in_parts_has_the_handle_of_the_whole(items, cuts):
+    hashed, start = ListHash(), 0
+    for cut in sorted(cuts):
+        hashed = hashed.extended(items[start:cut])
+        start = max(start, cut)
+    whole = hashed.extended(items[start:])
+    assert whole.handle() == list_handle(items)
+    assert hashed.handle() == list_handle(items[:max(start, 0)])  # extending left the part as it was
+
+
+any_text = st.text(st.characters(blacklist_categories=()), max_size=12)  # lone surrogates too
+
+
+@given(any_text, any_text, st.sampled_from(["user", "assistant", "tool"]))
+def test_a_digest_holds_each_message_as_dumps_writes_it(content, arguments, role):
+    m = Message(role=role, content=content, tool_calls=(ToolCall("c1", "f", arguments),) if role == "assistant" else (),
+                tool_call_id="c1" if role == "tool" else None, finish_reason="stop" if role == "assistant" else None)
+    assert _as_json(m) == dumps(to_openai(m, extensions=True))
+
+
 def test_a_looping_chain_is_refused():
     links = {"a": Link("b", ((1, "1"),)), "b": Link("a", ((2, "2"),))}
     with pytest.raises(ValueError, match="loop"):
@@ -45,13 +67,21 @@ def test_each_drop_keeps_only_what_it_adds(qwen36):
     body = make_session(7, chars=600_000)
     session = Engine(qwen36, policy=Policy(window=16384, reserve=1024), tools=body["tools"])
     shown: dict[str, tuple[int, ...]] = {}
+    fresh = Context(qwen36, body["tools"], session.policy, session.log, target=0)
     for turn in turns(body["messages"]):
         session.append(from_openai_list(turn))
         session.build()
         for item in session._plan:
-            if item.kind is Kind.DIGEST:
-                shown[handles_in(item.message.content)[-1]] = item.covers
+            handle = handles_in(item.message.content)[-1] if item.kind is Kind.DIGEST else ""
+            if handle and handle not in shown:
+                shown[handle] = item.covers
+                # made from the digest before it, the text equals one made afresh (hash, counts)
+                assert _digest_message(list(item.covers), fresh).content == item.message.content
     assert len(shown) >= 5  # drop after drop, each merged into the digest before it
+    earlier = list(shown.values())
+    # a drop that also took turns older than the newest its digest held (a file's read that was the
+    # newest, a user's message): its hash resumed from before them, not from the digest's end
+    assert any(b[:len(a)] != a for a, b in zip(earlier, earlier[1:], strict=False))
     based = 0
     for handle, covers in shown.items():
         payload = session.payload(handle)
