@@ -93,3 +93,33 @@ def test_each_drop_keeps_only_what_it_adds(qwen36):
     assert len(kept) == len(set(kept))  # no message kept twice: the links grow with history, not its square
     with pytest.raises(PayloadNotFound):
         session.payload("0" * 16)
+
+
+def test_a_digest_counts_again_a_dropped_call_found_failed_later(qwen36):
+    """A write given again with the same arguments shows the first did not do its job: once that
+    first write is in a digest, the next digest counts it as failed (its tally made afresh)."""
+    args = json.dumps({"path": "notes.txt", "content": "draft " * 20})
+
+    def write(call_id: str) -> list[dict]:
+        return [{"role": "assistant", "content": "", "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": "write_file", "arguments": args}}]},
+                {"role": "tool", "tool_call_id": call_id, "content": "wrote notes.txt"}]
+
+    def chat(k: int) -> list[dict]:
+        return [{"role": "user", "content": f"part {k}: " + "go on with the plan " * 40},
+                {"role": "assistant", "content": f"step {k}: " + "working through it " * 60}]
+
+    session = Engine(qwen36, policy=Policy(window=4096, reserve=512))
+    made: list[str] = []
+    fresh = Context(qwen36, [], session.policy, session.log, target=0)
+    turns_ = [[{"role": "system", "content": "You write files."}], write("w1")[:1], write("w1")[1:],
+              *[chat(k) for k in range(16)], write("w2")[:1], write("w2")[1:], *[chat(k) for k in range(16, 40)]]
+    for turn in turns_:
+        session.append(from_openai_list(turn))
+        session.build()
+        digest = next((i for i in session._plan if i.kind is Kind.DIGEST), None)
+        if digest is not None and digest.message.content not in made:
+            made.append(digest.message.content)
+            assert _digest_message(list(digest.covers), fresh).content == digest.message.content
+    assert any("write_file ok" in d for d in made)  # dropped before the second write came
+    assert "write_file failed x1" in made[-1]

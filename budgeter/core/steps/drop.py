@@ -146,7 +146,7 @@ def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None
     handle = hashed.handle()
     ctx.links[handle] = Link(_own_handle(base) if base is not None else "", tuple(zip(new, items, strict=True)))
     changed = ctx.log.changed_failures
-    if prior is not None and held and not any(ref[0] <= held[-1] for ref in changed[prior.failures_seen:]):
+    if prior is not None and not any(ref[0] in before for ref in changed[prior.failures_seen:]):
         outcomes, users, tally = prior.outcomes.copy(), prior.users, new
     else:
         outcomes, users, tally = Counter(), 0, covers
