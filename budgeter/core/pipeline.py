@@ -8,10 +8,10 @@ and record every payload they elide in ``ctx.payloads`` under its handle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from budgeter.core.chains import Link
 from budgeter.core.counting import count_rendered
@@ -24,6 +24,8 @@ from budgeter.core.typing import JSONDict, PromptCounter
 
 if TYPE_CHECKING:
     from budgeter.core.steps.drop import Digested
+
+T = TypeVar("T")
 
 
 class Kind(StrEnum):
@@ -122,6 +124,34 @@ class Context:
     was given, and a step's closing estimate is the next one's opening estimate (an engine hands
     on its previous build's)."""
 
+    _shaped: tuple[View | None, Hashable] = (None, None)
+    _derived: dict[str, tuple[Hashable, Any]] = field(default_factory=dict)
+
+    def derived(self, name: str, view: View, make: Callable[[View], T]) -> T:
+        """``make(view)``, made once per build for the views of one ``shape``: the compaction steps
+        look up the same turns, protected positions and file events, each a walk of the whole
+        prompt, three or four times a compacting build (``bench_proxy --growth``). What it returns
+        is shared: read only."""
+        if self._shaped[0] is view:
+            key = self._shaped[1]
+        else:
+            key = shape(view)
+            self._shaped = (view, key)
+        hit = self._derived.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]  # type: ignore[no-any-return]
+        value = make(view)
+        self._derived[name] = (key, value)
+        return value
+
+    def turns(self, view: View) -> list[list[int]]:
+        """``units(view)``, shared (``derived``)."""
+        return self.derived("units", view, units)
+
+    def protected(self, view: View) -> set[int]:
+        """``protected_positions(view, policy)``, shared (``derived``)."""
+        return self.derived("protected", view, lambda v: protected_positions(v, self.policy, self.turns(v)))
+
     @property
     def history(self) -> Sequence[Message]:
         return self.log.messages
@@ -184,6 +214,17 @@ def run(steps: Sequence[CompactionStep], view: View, ctx: Context) -> tuple[View
     return view, reports
 
 
+_SHAPING = (Kind.DIGEST, Kind.SYNTHETIC, Kind.ORPHAN)
+
+
+def shape(view: View) -> Hashable:
+    """What a view's turns, protected positions and file events rest on besides the session's
+    history: the history index each item stands for, and where the digests and the items made up
+    or orphaned stand. A step that rewrites messages in place (a stub, a shrunk output, shrunk
+    arguments) keeps it: roles and call ids stay."""
+    return tuple(i.index for i in view), tuple(p for p, i in enumerate(view) if i.kind in _SHAPING)
+
+
 def units(view: View) -> list[list[int]]:
     """Positions grouped into turns: an assistant message with the tool results that follow it,
     or any other single message."""
@@ -199,14 +240,16 @@ def units(view: View) -> list[list[int]]:
     return out
 
 
-def protected_positions(view: View, policy: Policy) -> set[int]:
-    """System messages, the first user message, digests and the protected tail."""
+def protected_positions(view: View, policy: Policy, turns: list[list[int]] | None = None) -> set[int]:
+    """System messages, the first user message, digests and the protected tail. ``turns``:
+    ``units(view)``, where the caller has them."""
     keep = {p for p, i in enumerate(view) if i.message.role in INSTRUCTIONS or i.kind is Kind.DIGEST}
     first_user = next((p for p, i in enumerate(view) if i.message.role == "user"), None)
     if first_user is not None:
         keep.add(first_user)
-    tail = units(view)[-policy.protect_tail_turns:] if policy.protect_tail_turns else []
-    keep.update(p for unit in tail for p in unit)
+    if policy.protect_tail_turns:
+        turns = turns if turns is not None else units(view)
+        keep.update(p for unit in turns[-policy.protect_tail_turns:] for p in unit)
     return keep
 
 

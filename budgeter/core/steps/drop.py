@@ -27,17 +27,15 @@ from budgeter.core.pipeline import (
     Kind,
     StepReport,
     View,
-    protected_positions,
-    units,
 )
 from budgeter.core.steps.snapshots import newest_snapshots
 from budgeter.errors import PinnedOverBudget
 
 
 def droppable_units(view: View, ctx: Context) -> list[list[int]]:
-    keep = protected_positions(view, ctx.policy)
+    keep = ctx.protected(view)
     newest = newest_snapshots(view, ctx)
-    free = [u for u in units(view) if not keep.intersection(u)]
+    free = [u for u in ctx.turns(view) if not keep.intersection(u)]
 
     def rank(unit: list[int]) -> int:
         return 2 if view[unit[0]].message.role == "user" else 1 if newest.intersection(unit) else 0

@@ -22,7 +22,6 @@ from budgeter.core.pipeline import (
     Kind,
     StepReport,
     View,
-    protected_positions,
     with_message,
 )
 from budgeter.core.sniff import sniff
@@ -35,7 +34,7 @@ def fold_repeated_outputs(view: View, ctx: Context) -> tuple[View, StepReport]:
     before = est = ctx.estimate(view)
     if est <= ctx.target:
         return view, StepReport("fold_repeated_outputs", before, before)
-    keep = protected_positions(view, ctx.policy)
+    keep = ctx.protected(view)
     later: dict[str, int] = {}
     items = list(view)
     actions = []
@@ -62,7 +61,7 @@ def shrink_bulky(view: View, ctx: Context) -> tuple[View, StepReport]:
     before = est = ctx.estimate(view)
     if est <= ctx.target:
         return view, StepReport("shrink_bulky", before, before)
-    keep = protected_positions(view, ctx.policy)
+    keep = ctx.protected(view)
     newest = newest_snapshots(view, ctx)
     items = list(view)
     actions = []

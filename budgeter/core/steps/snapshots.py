@@ -18,7 +18,11 @@ from budgeter.core.pipeline import Action, Context, Kind, StepReport, View, with
 
 def file_events(view: View, ctx: Context) -> list[tuple[int, FileOp, str, str, int]]:
     """(result position, op, path, tool name, history index of the call), in view order, for
-    file calls whose result is in the view (failed reads left out)."""
+    file calls whose result is in the view (failed reads left out). Shared (``Context.derived``)."""
+    return ctx.derived("file_events", view, lambda v: _file_events(v, ctx))
+
+
+def _file_events(view: View, ctx: Context) -> list[tuple[int, FileOp, str, str, int]]:
     log = ctx.log
     pos_of = {item.index: p for p, item in enumerate(view)
               if item.message.role == "tool" and item.kind not in (Kind.SYNTHETIC, Kind.DIGEST, Kind.ORPHAN)}
@@ -40,7 +44,11 @@ def file_events(view: View, ctx: Context) -> list[tuple[int, FileOp, str, str, i
 
 
 def newest_snapshots(view: View, ctx: Context) -> set[int]:
-    """Positions of the newest READ result of each file (the copy being worked on)."""
+    """Positions of the newest READ result of each file (the copy being worked on). Shared."""
+    return ctx.derived("newest", view, lambda v: _newest(v, ctx))
+
+
+def _newest(view: View, ctx: Context) -> set[int]:
     newest: dict[str, int] = {}
     for pos, op, path, _, _ in file_events(view, ctx):
         if op is FileOp.READ:
