@@ -259,3 +259,39 @@ def test_a_views_estimate_prices_only_what_changed_and_equals_the_whole_sum():
                 out.insert(p, Item(p, msgs[rng.randrange(len(msgs))]))
         view = tuple(out)
         assert ctx._sum(view) == sum(counter.message_cost(i.message) for i in view)
+
+
+def test_the_shared_turns_and_file_events_of_a_view_equal_those_made_afresh(qwen36):
+    """Compaction steps share a view's turns, protected positions and file events for as long as
+    its shape holds (``Context.derived``): after any rewrite in place, drop or digest, what they get
+    must equal what a fresh walk gives."""
+    import random
+    from dataclasses import replace
+
+    from budgeter.core.pipeline import Context, Item, Kind, protected_positions, units
+    from budgeter.core.steps.snapshots import _file_events, _newest, file_events, newest_snapshots
+
+    body = make_session(3, chars=60_000)
+    session = Engine(qwen36, policy=Policy(), tools=body["tools"])
+    session.append(from_openai_list(body["messages"]))
+    ctx = Context(qwen36, body["tools"], Policy(protect_tail_turns=3), session.log, target=0)
+    view = tuple(Item(k, m) for k, m in enumerate(session.history))
+    assert file_events(view, ctx)  # the session reads and writes files
+    rng = random.Random(11)
+    for _ in range(150):
+        out = list(view)
+        for _ in range(rng.randint(0, 3)):
+            op, p = rng.choice(["rewrite", "rewrite", "drop", "digest"]), rng.randrange(len(out))
+            if op == "rewrite":  # a stub or a shrunk output: same role and call ids
+                out[p] = replace(out[p], message=replace(out[p].message, content="(stub)"), kind=Kind.STUB)
+            elif op == "drop" and len(out) > 4:
+                del out[p]
+            elif op == "digest":
+                out[p] = Item(out[p].index, from_openai_list([{"role": "user", "content": "digest"}])[0],
+                              Kind.DIGEST, (out[p].index,))
+        view = tuple(out)
+        fresh = Context(qwen36, body["tools"], ctx.policy, session.log, target=0)
+        assert ctx.turns(view) == units(view)
+        assert ctx.protected(view) == protected_positions(view, ctx.policy)
+        assert file_events(view, ctx) == _file_events(view, fresh)
+        assert newest_snapshots(view, ctx) == _newest(view, fresh)
