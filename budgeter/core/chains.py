@@ -13,6 +13,7 @@ them.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -79,6 +80,29 @@ class ListHash:
         h = self._h.copy()
         h.update(b"]")
         return h.hexdigest()[:16]
+
+
+MARK_EVERY = 64
+"""Covered messages between two kept states of a digest's hash. A drop mostly adds turns newer
+than all the digest holds, and with them a few older ones that were the newest read of a file or
+a user's message; the hash resumes from the last state before the first of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Digested:
+    """The last digest a session's builds made, as they left it: the next drop, which extends it,
+    reads, hashes and tallies only what it adds (read again, the messages a digest covers made a
+    compacting build's cost grow with the history dropped: ``bench_instructions`` at 2M chars)."""
+
+    handle: str
+    covers: tuple[int, ...]
+    marks: tuple[ListHash, ...]
+    """The payload's hash after each ``MARK_EVERY`` covered messages (the first: the empty list)."""
+    outcomes: Counter[str]
+    users: int
+    failures_seen: int
+    """``len(log.changed_failures)`` when ``outcomes`` were tallied: a failure recorded since then
+    for a call the digest covers means tallying them again."""
 
 
 def list_handle(items: Iterable[str]) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.chains import Link, assemble
+from budgeter.core.chains import Digested, Link, assemble
 from budgeter.core.counting import count_rendered, shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
@@ -25,7 +25,6 @@ from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
 from budgeter.core.steps import ALWAYS, COMPACT
-from budgeter.core.steps.drop import Digested
 from budgeter.core.typing import JSONDict, PromptCounter
 from budgeter.errors import InvalidInput, PayloadNotFound
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from budgeter.core.chains import Link
+from budgeter.core.chains import Digested, Link
 from budgeter.core.counting import count_rendered
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo
@@ -21,9 +21,6 @@ from budgeter.core.memo import same_objects
 from budgeter.core.messages import INSTRUCTIONS, Message
 from budgeter.core.policy import Policy
 from budgeter.core.typing import JSONDict, PromptCounter
-
-if TYPE_CHECKING:
-    from budgeter.core.steps.drop import Digested
 
 T = TypeVar("T")
 

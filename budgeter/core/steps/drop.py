@@ -12,9 +12,9 @@ its payload is kept as a link to the digest before it (``budgeter.core.chains``)
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from budgeter.core.chains import Link, ListHash
+from budgeter.core.chains import MARK_EVERY, Digested, Link, ListHash
 from budgeter.core.incremental import common_length
 from budgeter.core.jsonargs import Elider, dumps, dumps_compact, loads_object, shrink_leaves
 from budgeter.core.markers import handles_in, marker
@@ -99,29 +99,6 @@ def _as_json(m: Message) -> str:
     for the tens of messages a compacting build drops."""
     text = _json.get(m)
     return text if text is not None else _json.put(m, dumps_compact(to_openai(m, extensions=True)), m.size)
-
-
-MARK_EVERY = 64
-"""Covered messages between two kept states of a digest's hash. A drop mostly adds turns newer
-than all the digest holds, and with them a few older ones that were the newest read of a file or
-a user's message; the hash resumes from the last state before the first of them."""
-
-
-@dataclass(frozen=True, slots=True)
-class Digested:
-    """The last digest a session's builds made, as they left it: the next drop, which extends it,
-    reads, hashes and tallies only what it adds (read again, the messages a digest covers made a
-    compacting build's cost grow with the history dropped: ``bench_instructions`` at 2M chars)."""
-
-    handle: str
-    covers: tuple[int, ...]
-    marks: tuple[ListHash, ...]
-    """The payload's hash after each ``MARK_EVERY`` covered messages (the first: the empty list)."""
-    outcomes: Counter[str]
-    users: int
-    failures_seen: int
-    """``len(log.changed_failures)`` when ``outcomes`` were tallied: a failure recorded since then
-    for a call the digest covers means tallying them again."""
 
 
 def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None) -> Message:
