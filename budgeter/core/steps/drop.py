@@ -111,7 +111,8 @@ def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None
     before = set(held)
     new = [i for i in covers if i not in before]
     items = [_as_json(ctx.history[i]) for i in new]
-    same = common_length(held, covers) if prior is not None else 0
+    covered = tuple(covers)
+    same = common_length(held, covered) if prior is not None else 0  # (tuples: compared in C)
     marks = list(prior.marks[:same // MARK_EVERY + 1]) if prior is not None else [ListHash()]
     hashed = marks[-1]
     for start in range((len(marks) - 1) * MARK_EVERY, len(covers), MARK_EVERY):
@@ -129,7 +130,7 @@ def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None
         for no, call in enumerate(ctx.facts[i].calls):
             outcomes[f"{call.name} {'failed' if ctx.log.failed((i, no)) else 'ok'}"] += 1
         users += ctx.history[i].role == "user"
-    ctx.digest = Digested(handle, tuple(covers), tuple(marks), outcomes, users, len(changed))
+    ctx.digest = Digested(handle, covered, tuple(marks), outcomes, users, len(changed))
     tools = ", ".join(f"{k} x{n}" for k, n in sorted(outcomes.items())[:8])
     text = marker("digest", f"{len(covers)} earlier messages dropped",
                   f"({users} from the user)" if users else "",
