@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.jsonargs import dumps, loads
+from budgeter.core.jsonargs import dumps, dumps_compact, loads
 from budgeter.errors import InvalidMessage
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -307,6 +307,13 @@ def to_openai(m: Message, *, extensions: bool = False) -> dict[str, Any]:
     if extensions:
         out.update({k: v for k in ("finish_reason", "status") if (v := getattr(m, k)) is not None})
     return out
+
+
+def stored_json(m: Message) -> str:
+    """A message as a session stores it and a digest's payload holds it: ``to_openai`` with
+    budgeter's extensions, as compact JSON (through orjson: the same text as ``dumps``, a message
+    holding no float)."""
+    return dumps_compact(to_openai(m, extensions=True))
 
 
 def to_template(m: Message, *, developer: str = "system") -> dict[str, Any]:

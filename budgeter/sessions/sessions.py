@@ -21,7 +21,7 @@ from budgeter.core.counting import Adaptation, adaptations, sent
 from budgeter.core.engine import BuildResult, trim
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
 from budgeter.core.memo import CharMemo
-from budgeter.core.messages import Message, to_openai
+from budgeter.core.messages import Message, stored_json, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import (
@@ -80,7 +80,7 @@ into (every read of the session, and every listing page holding it, failed)."""
 
 def _serialized(messages: Sequence[Message]) -> tuple[list[str], list[bytes]]:
     """Each message as stored JSON, and encoded: once, for the size limits and the fingerprint."""
-    texts = [dumps_compact(to_openai(m, extensions=True)) for m in messages]
+    texts = [stored_json(m) for m in messages]
     return texts, [t.encode() for t in texts]
 
 

@@ -16,10 +16,10 @@ from dataclasses import replace
 
 from budgeter.core.chains import MARK_EVERY, Digested, Link, ListHash
 from budgeter.core.incremental import common_length
-from budgeter.core.jsonargs import Elider, dumps, dumps_compact, loads_object, shrink_leaves
+from budgeter.core.jsonargs import Elider, dumps, loads_object, shrink_leaves
 from budgeter.core.markers import handles_in, marker
 from budgeter.core.memo import CharMemo
-from budgeter.core.messages import INSTRUCTIONS, Message, to_openai
+from budgeter.core.messages import INSTRUCTIONS, Message, stored_json
 from budgeter.core.pipeline import (
     Action,
     Context,
@@ -94,11 +94,9 @@ _json: CharMemo[Message, str] = CharMemo()
 
 def _as_json(m: Message) -> str:
     """A history message as a digest's payload holds it. Memoized: each compaction's digest covers
-    every message dropped so far, most of them the previous digest's (``bench_instructions``, 1M).
-    Through orjson: the same text as ``dumps`` (a message holds no float), in a fifth of the time,
-    for the tens of messages a compacting build drops."""
+    every message dropped so far, most of them the previous digest's (``bench_instructions``, 1M)."""
     text = _json.get(m)
-    return text if text is not None else _json.put(m, dumps_compact(to_openai(m, extensions=True)), m.size)
+    return text if text is not None else _json.put(m, stored_json(m), m.size)
 
 
 def _digest_message(covers: list[int], ctx: Context, *, base: Item | None = None) -> Message:
