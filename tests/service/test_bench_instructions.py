@@ -24,10 +24,12 @@ def _run() -> tuple[str, float]:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                           timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    row = re.search(r"^\| 20,000 \| (\d+) \| ([\d.]+)M \| ([\d.]+)M \| ([\d.]+)M \| 1\.00x \|$", done.stdout, re.M)
+    row = re.search(r"^\| 20,000 \| (\d+) \| ([\d.]+)M \| ([\d.]+)M \| ([\d.]+)M \| 1\.00x \| ([\d,]+) \|$",
+                    done.stdout, re.M)
     assert row is not None, done.stdout
     assert done.stdout.splitlines()[0] == "    python -m tests.bench.bench_instructions " + " ".join(ARGS)
     assert int(row[1]) == 3 and 0 < float(row[2]) <= float(row[3]), done.stdout
+    assert int(row[5].replace(",", "")) > 0, "the counted turns tokenized nothing: their texts were counted before"
     return done.stdout, float(row[2])
 
 
