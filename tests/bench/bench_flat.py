@@ -17,7 +17,8 @@
   (``prompt(append=..., since=previous)``) over the last ``--turns`` turns of a held-out session
   of each size, their turns interleaved. Per turn, the server process's CPU, every thread
   (``/proc/PID/task/*/schedstat``, nanoseconds), read around the call: p50 / p90, and the p50's
-  ratio to the 100K session's.
+  ratio to the 100K session's; and the server's CPU for a ``GetSession`` of the same session, a
+  call with no engine work (the gRPC server's own share of a turn).
 - The proxy's growth with history (overhead and the proxy process's CPU per turn, 10K to 2M chars):
   ``python -m tests.bench.bench_proxy --growth``.
 """
@@ -52,8 +53,9 @@ def row(cells: list[Any]) -> str:
 def serve_growth(sizes: list[int], k: int) -> None:
     bodies = {c: session(200 + i, c) for i, c in enumerate(sizes)}
     print(f"\n### Through `budgeter serve`: whole-process CPU per one-call turn, last {k} turns\n")
-    print(row(["store", "history chars", "messages", "CPU p50", "CPU p90", "client p50", "p50 vs 100K"]))
-    print(row(["---"] * 7))
+    print(row(["store", "history chars", "messages", "CPU p50", "CPU p90", "client p50", "p50 vs 100K",
+               "GetSession CPU p50"]))
+    print(row(["---"] * 8))
     for store in ("memory", "sqlite"):
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             sides: dict[int, tuple[ServerProcess, Client]] = {}
@@ -64,17 +66,20 @@ def serve_growth(sizes: list[int], k: int) -> None:
                 client = Client(server.target, timeout=600)
                 stack.callback(client.close)
                 sides[c] = (server, client)
-            cpu, wall = _interleave(sides, bodies, k)
+            cpu, wall, floor = _interleave(sides, bodies, k)
         base = statistics.median(cpu[100_000]) if 100_000 in cpu else None
         for c in sizes:
             p50 = statistics.median(cpu[c])
             ratio = f"{p50 / base:.2f}x" if base else "-"
             print(row([store, f"{c:,}", len(bodies[c]["messages"]), f"{p50:.2f} ms", f"{pct(cpu[c], 0.9):.2f} ms",
-                       f"{statistics.median(wall[c]):.2f} ms", ratio]))
+                       f"{statistics.median(wall[c]):.2f} ms", ratio, f"{statistics.median(floor[c]):.2f} ms"]))
 
 
 def _interleave(sides: dict[int, tuple[ServerProcess, Client]], bodies: dict[int, dict[str, Any]], k: int
-                ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+                ) -> tuple[dict[int, list[float]], dict[int, list[float]], dict[int, list[float]]]:
+    """Per size, each turn's server CPU and client wall time (ms), then the server CPU of ``k``
+    ``GetSession`` calls of the same session: a call that does no engine work, the server's own
+    cost of any call."""
     live = {}
     for c, (_, client) in sides.items():
         ts = list(turns(bodies[c]["messages"]))
@@ -96,7 +101,14 @@ def _interleave(sides: dict[int, tuple[ServerProcess, Client]], bodies: dict[int
             live[c][1] = s.prompt(append=rest[i], since=prompt)
             wall[c].append((time.perf_counter() - t0) * 1000)
             cpu[c].append((cpu_seconds(pid) - c0) * 1000)
-    return cpu, wall
+    floor: dict[int, list[float]] = {c: [] for c in sides}
+    for _ in range(k):
+        for c, (server, client) in sides.items():
+            pid = server.proc.pid  # type: ignore[union-attr]
+            c0 = cpu_seconds(pid)
+            client.get_session(live[c][0].id)
+            floor[c].append((cpu_seconds(pid) - c0) * 1000)
+    return cpu, wall, floor
 
 
 def ready(repeat: int, cold_repeat: int) -> None:
