@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from budgeter.errors import InvalidTokenizerSpec, TemplateError
+from budgeter.tokenizers.formats import native
+
+log = logging.getLogger("budgeter.counting")
 
 NAMED = {"chatml": "chatml.jinja"}
 CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",
@@ -44,6 +48,13 @@ class JinjaFormat:
         self.object_arguments = self._needs_object_arguments()
         """The template iterates arguments as a mapping (``|items``): arguments that are not a JSON
         object, which inference servers refuse, are rendered as one raw ``arguments`` parameter."""
+        self.native = native.for_template(template)
+        """The template's renderer in plain Python, where its source is a published one we wrote one
+        for (``formats/native.py``); None otherwise, or once it differed from the template."""
+        self.native_off = ""
+        """Why ``native`` was turned off ('' while it is on or there is none)."""
+        self._natives = 0
+        self._tojson = self._template.environment.filters["tojson"]
 
     def _needs_object_arguments(self) -> bool:
         def call(arguments: Any) -> list[dict[str, Any]]:
@@ -66,11 +77,36 @@ class JinjaFormat:
             messages = [_object_arguments(m) if m.get("tool_calls") else m for m in messages]
         variables = {**self._variables, **{k: f() for k, f in self.dynamic_read.items()}} if self.dynamic_read \
             else self._variables
+        if self.native is not None:
+            text = self.native(messages, tools, add_generation_prompt, variables, self._tojson)
+            if text is not None:
+                self._natives += 1
+                if self._natives > native.SHADOW_FIRST and self._natives % native.SHADOW_EVERY:
+                    return text
+                return self._shadowed(text, messages, tools, add_generation_prompt, variables)
+        return self._jinja(messages, tools, add_generation_prompt, variables)
+
+    def _jinja(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+               add_generation_prompt: bool, variables: Mapping[str, Any]) -> str:
         try:
             return _render(self._template, {"messages": messages, "tools": tools,
                                             "add_generation_prompt": add_generation_prompt, **variables})
         except Exception as exc:
             raise TemplateError(f"chat template {self.name!r} cannot render these messages: {exc}") from exc
+
+    def _shadowed(self, text: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                  add_generation_prompt: bool, variables: Mapping[str, Any]) -> str:
+        """``text``, checked against the template's own render; a difference turns ``native`` off."""
+        try:
+            checked = self._jinja(messages, tools, add_generation_prompt, variables)
+        except TemplateError:
+            checked = None
+        if checked != text:
+            self.native, self.native_off = None, "its Python renderer differed from the template: the template renders"
+            log.warning("budgeter: chat template %r: %s", self.name, self.native_off)
+            if checked is None:
+                return self._jinja(messages, tools, add_generation_prompt, variables)  # (raises as it did)
+        return checked  # type: ignore[return-value]
 
 
 def _render(template: Any, variables: dict[str, Any]) -> str:

@@ -1,0 +1,139 @@
+"""Published templates rendered in Python (``formats/native.py``) equal the template's own render,
+or leave the conversation to the template: on generated conversations of every shape the template
+reads, and on held-out agent sessions whole and in windows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from budgeter.core.messages import from_openai, to_template
+from budgeter.tokenizers.formats import JinjaFormat, builtin_template, native, template_text
+from budgeter.tokenizers.jinja import tojson
+from tests.bench.peers import session
+
+QWEN = template_text("qwen3.6")
+FMT = builtin_template("qwen3.6")
+TEMPLATE = FMT._template  # the compiled template alone, never the Python renderer
+
+
+def jinja(messages: list[Any], tools: Any, generation: bool, variables: dict[str, Any]) -> str | None:
+    try:
+        return TEMPLATE.render(messages=messages, tools=tools, add_generation_prompt=generation, **variables)
+    except Exception:
+        return None
+
+
+words = st.sampled_from(["", " ", "\n", "hi", "  x  ", "<think>", "</think>", "\n\n", "<tool_response>",
+                         "</tool_response>", "ü 上", "{}", "a\tb", "\u2003", "None"])
+texts = st.lists(words, max_size=5).map("".join)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False, width=32), texts)
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(texts, inner, max_size=3)), max_leaves=6)
+arguments = st.one_of(st.dictionaries(texts, values, max_size=4), texts, values)
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> Any:
+    fn: dict[str, Any] = {"name": draw(st.one_of(texts, st.none()))}
+    if draw(st.booleans()):
+        fn["arguments"] = draw(arguments)
+    return {"id": "c", "type": "function", "function": fn} if draw(st.booleans()) else fn
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> dict[str, Any]:
+    role = draw(st.sampled_from(["system", "user", "assistant", "tool", "user", "assistant", "tool", "developer"]))
+    m: dict[str, Any] = {"role": role}
+    content = draw(st.one_of(texts, texts, texts, st.none(), st.just([{"type": "text", "text": "part"}])))
+    if draw(st.integers(0, 9)):
+        m["content"] = content
+    if role == "assistant":
+        if draw(st.booleans()):
+            m["reasoning_content"] = draw(st.one_of(texts, st.none()))
+        if draw(st.booleans()):
+            m["tool_calls"] = draw(st.lists(calls(), max_size=3))
+    if role == "tool":
+        m["tool_call_id"] = "c"
+    return m
+
+
+openings = st.sampled_from([[], [{"role": "user", "content": "q"}],
+                             [{"role": "system", "content": " s "}, {"role": "user", "content": "q"}]])
+chats = st.tuples(openings, st.lists(messages(), max_size=7)).map(lambda parts: [*parts[0], *parts[1]])
+tools = st.one_of(st.none(), st.just([]), st.lists(st.fixed_dictionaries(
+    {"type": st.just("function"), "function": st.fixed_dictionaries({"name": texts, "parameters": values})}),
+    min_size=1, max_size=2))
+variables = st.fixed_dictionaries({}, optional={"enable_thinking": st.one_of(st.booleans(), st.none()),
+                                                "preserve_thinking": st.one_of(st.booleans(), st.none())})
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chats, tools, st.booleans(), variables)
+def test_equals_the_template_or_leaves_it_to_the_template(chat: list[Any], schemas: Any, generation: bool,
+                                                          extra: dict[str, Any]) -> None:
+    got = native.qwen36(chat, schemas, generation, extra, tojson)
+    if got is not None:
+        assert got == jinja(chat, schemas, generation, extra)
+
+
+def test_renders_the_plain_conversations_itself() -> None:
+    """Not a renderer that declines everything: agent conversations of every role are its own."""
+    chat = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "read a.py"},
+            {"role": "assistant", "content": "<think>\nwhy\n</think>\n\nsure", "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "read", "arguments": {
+                    "path": "a.py", "n": 2, "deep": {"k": [1, None, True]}, "ok": False, "f": 1.5}}}]},
+            {"role": "tool", "tool_call_id": "1", "content": "print(1)\n"},
+            {"role": "tool", "tool_call_id": "1", "content": "again"},
+            {"role": "assistant", "content": "done", "reasoning_content": " r "}]
+    schemas = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    for generation in (True, False):
+        for extra in ({}, {"enable_thinking": False}, {"preserve_thinking": True}):
+            for tools_given in (schemas, None):
+                got = native.qwen36(chat, tools_given, generation, extra, tojson)
+                assert got is not None and got == jinja(chat, tools_given, generation, extra)
+
+
+def test_held_out_sessions_whole_and_in_windows() -> None:
+    rendered = 0
+    for seed in (200, 201, 202):
+        body = session(seed, 60_000)
+        dicts = [to_template(from_openai(m, index=i)) for i, m in enumerate(body["messages"])]
+        for end in range(2, len(dicts) + 1, 3):
+            for part in (dicts[:end], [dicts[0], *dicts[max(1, end - 6):end]]):
+                got = native.qwen36(part, body["tools"], True, {}, tojson)
+                want = jinja(part, body["tools"], True, {})
+                if want is not None:
+                    assert got == want
+                    rendered += 1
+                else:
+                    assert got is None
+    assert rendered > 50
+
+
+def test_only_the_published_source_gets_a_renderer() -> None:
+    assert FMT.native is native.qwen36
+    assert native.for_template(QWEN + "\n") is None
+    assert JinjaFormat(QWEN.replace("<tools>", "<tool-list>"), name="edited").native is None
+
+
+def test_a_renderer_that_differs_is_turned_off_and_the_template_renders() -> None:
+    fmt = builtin_template("qwen3.6")
+    chat = [{"role": "user", "content": "hi"}]
+    fmt.native = lambda *args: "not what the template says"  # a renderer gone wrong
+    assert fmt.render(chat, None) == jinja(chat, None, True, {})
+    assert fmt.native is None and "differed" in fmt.native_off
+    assert fmt.render(chat, None) == jinja(chat, None, True, {})
+
+
+def test_a_conversation_the_template_refuses_is_still_refused() -> None:
+    import pytest
+
+    from budgeter.errors import TemplateError
+
+    with pytest.raises(TemplateError, match="No user query"):
+        FMT.render([{"role": "assistant", "content": "x"}], None)
+    with pytest.raises(TemplateError, match="System message must be at the beginning"):
+        FMT.render([{"role": "user", "content": "x"}, {"role": "system", "content": "late"}], None)
