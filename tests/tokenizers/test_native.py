@@ -137,3 +137,15 @@ def test_a_conversation_the_template_refuses_is_still_refused() -> None:
         FMT.render([{"role": "assistant", "content": "x"}], None)
     with pytest.raises(TemplateError, match="System message must be at the beginning"):
         FMT.render([{"role": "user", "content": "x"}, {"role": "system", "content": "late"}], None)
+
+
+def test_the_tools_block_follows_the_list_it_is_given() -> None:
+    """The block is kept per list of schemas, and made again when the list holds other ones."""
+    chat = [{"role": "user", "content": "q"}]
+    schemas = [{"type": "function", "function": {"name": "a", "parameters": {}}}]
+    first = native.qwen36(chat, schemas, True, {}, tojson)
+    assert first == jinja(chat, schemas, True, {})
+    schemas.append({"type": "function", "function": {"name": "b", "parameters": {}}})
+    schemas[0] = {"type": "function", "function": {"name": "c", "parameters": {}}}
+    again = native.qwen36(chat, schemas, True, {}, tojson)
+    assert again == jinja(chat, schemas, True, {}) and again != first

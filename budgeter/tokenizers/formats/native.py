@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from operator import is_
 from typing import Any
 
 Tojson = Callable[[Any], str]
@@ -102,6 +103,23 @@ def _calls(calls: Any, content: str, tojson: Tojson) -> str | None:
     return "".join(out)
 
 
+def _tool_block(tools: list[Any], tojson: Tojson) -> str:
+    """The tools' block for ``tools``, kept per list while it holds the same schema objects: a
+    session's renders are handed the same list (``ServerTools``), and writing each schema out again
+    was a twentieth of a turn (``bench_instructions``)."""
+    kept = _TOOL_BLOCKS.get(id(tools))
+    if kept is not None and kept[2] is tojson and len(kept[1]) == len(tools) and all(map(is_, kept[1], tools)):
+        return kept[3]
+    text = QWEN36_TOOLS + "".join("\n" + tojson(tool) for tool in tools) + "\n</tools>" + QWEN36_INSTRUCTIONS
+    if len(_TOOL_BLOCKS) >= 64:
+        _TOOL_BLOCKS.clear()
+    _TOOL_BLOCKS[id(tools)] = (tools, tuple(tools), tojson, text)  # (the list held: its id stays its own)
+    return text
+
+
+_TOOL_BLOCKS: dict[int, tuple[list[Any], tuple[Any, ...], Tojson, str]] = {}
+
+
 def qwen36(messages: Sequence[Any], tools: Any, add_generation_prompt: bool, variables: Mapping[str, Any],
            tojson: Tojson) -> str | None:
     """Qwen3.6's published template (``templates/qwen3.6.jinja``), or None where it does not know
@@ -123,12 +141,7 @@ def qwen36(messages: Sequence[Any], tools: Any, add_generation_prompt: bool, var
         texts.append(text)
     out = []
     if tools:
-        out.append(QWEN36_TOOLS)
-        for tool in tools:
-            out.append("\n")
-            out.append(tojson(tool))
-        out.append("\n</tools>")
-        out.append(QWEN36_INSTRUCTIONS)
+        out.append(_tool_block(tools, tojson))
         if roles[0] == "system" and texts[0]:
             out.append("\n\n" + texts[0])
         out.append("<|im_end|>\n")
