@@ -289,10 +289,11 @@ class TemplateCounter:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What the report says about this profile, and why windows are off if they are."""
-        off = self.windowed.off
+        """What the report says about this profile, and why windows or the template's Python
+        renderer (``formats/native.py``) are off if they are."""
+        off, native_off = self.windowed.off, getattr(self.format, "native_off", "")
         notes = self._notes + (f"renders: every build whole ({off})",) if off else self._notes
-        return notes
+        return notes + (f"renders: the template itself ({native_off})",) if native_off else notes
 
     def _template_dict(self, m: Message) -> dict[str, Any]:
         d = self._dicts.get(m)

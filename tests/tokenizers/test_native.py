@@ -149,3 +149,18 @@ def test_the_tools_block_follows_the_list_it_is_given() -> None:
     schemas[0] = {"type": "function", "function": {"name": "c", "parameters": {}}}
     again = native.qwen36(chat, schemas, True, {}, tojson)
     assert again == jinja(chat, schemas, True, {}) and again != first
+
+
+def test_a_profile_whose_renderer_was_turned_off_says_so(tmp_path: Any) -> None:
+    from budgeter.tokenizers.registry import resolve
+
+    template = tmp_path / "qwen3.6.jinja"  # the published text from a file: a profile of its own
+    template.write_text(QWEN, encoding="utf-8")
+    counter = resolve("qwen3.6", chat_format=str(template))
+    fmt = counter.format  # type: ignore[attr-defined]
+    while getattr(fmt, "inner", None) is not None:
+        fmt = fmt.inner
+    assert fmt.native is native.qwen36 and not any("template itself" in n for n in counter.notes)
+    fmt.native = lambda *args: "not what the template says"
+    counter.count_prompt([from_openai({"role": "user", "content": "hi"}, index=0)], [])
+    assert any("renders: the template itself" in n and "differed" in n for n in counter.notes)
