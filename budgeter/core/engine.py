@@ -11,6 +11,7 @@ The reported count is always the exact count of the returned prompt's full rende
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,7 +172,9 @@ class Engine:
             steps += more
         self.payloads.update(ctx.payloads)
         self.links.update(ctx.links)
-        self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC)
+        # (most builds make no stand-in: the view is kept as it is, without a walk in Python)
+        self._plan = tuple(i for i in view if i.kind is not Kind.SYNTHETIC) if Kind.SYNTHETIC in map(_kind, view) \
+            else view
         self._summed = ctx.summed
         self._digest = ctx.digest
         self._planned = len(self.log)
@@ -193,7 +196,7 @@ class Engine:
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
                 ctx: Context) -> BuildResult:
-        messages = tuple(i.message for i in view)
+        messages = tuple(map(_message, view))
         last = self._last
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
@@ -217,8 +220,8 @@ class Engine:
         return sum(map(self.counter.message_cost, messages[:same]))  # no text form: the plan costs
 
 
-def _message(item: Item) -> Message:
-    return item.message
+_message = operator.attrgetter("message")
+_kind = operator.attrgetter("kind")
 
 
 _handles_memo: CharMemo[Message, tuple[str, ...]] = CharMemo()

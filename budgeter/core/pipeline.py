@@ -7,6 +7,7 @@ and record every payload they elide in ``ctx.payloads`` under its handle.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
@@ -162,7 +163,7 @@ class Context:
         return self.policy.budget
 
     def exact(self, view: View) -> int:
-        self.total, self.text = count_rendered(self.counter, [i.message for i in view], self.tools,
+        self.total, self.text = count_rendered(self.counter, list(map(_MESSAGE, view)), self.tools,
                                                memo=self.memo)
         self._counted = view  # the overhead against per-message costs is worked out if a step asks
         return self.total
@@ -212,6 +213,7 @@ def run(steps: Sequence[CompactionStep], view: View, ctx: Context) -> tuple[View
 
 
 _SHAPING = (Kind.DIGEST, Kind.SYNTHETIC, Kind.ORPHAN)
+_MESSAGE = operator.attrgetter("message")
 
 
 def shape(view: View) -> Hashable:
