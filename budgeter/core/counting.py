@@ -258,6 +258,13 @@ class TemplateCounter:
         self.adaptations = tuple(adaptations)
         """The rewrites of the request this profile makes for its template (``Adaptation``)."""
         self.format = fmt
+        base: Any = fmt
+        while getattr(base, "inner", None) is not None:
+            base = base.inner
+        self._base_format = base
+        """The format the wrappers (template rules, server conventions) hand on to: the one that
+        says whether its Python renderer was turned off (``notes``), looked up without going
+        through each wrapper's ``__getattr__`` on every build."""
         self.pieces = PieceCounter(tokenizer)
         self.adapter = adapter
         self._notes = tuple(notes)
@@ -291,7 +298,9 @@ class TemplateCounter:
     def notes(self) -> tuple[str, ...]:
         """What the report says about this profile, and why windows or the template's Python
         renderer (``formats/native.py``) are off if they are."""
-        off, native_off = self.windowed.off, getattr(self.format, "native_off", "")
+        off, native_off = self.windowed.off, getattr(self._base_format, "native_off", "")
+        if not (off or native_off):
+            return self._notes  # (every build asks)
         notes = self._notes + (f"renders: every build whole ({off})",) if off else self._notes
         return notes + (f"renders: the template itself ({native_off})",) if native_off else notes
 

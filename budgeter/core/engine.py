@@ -101,6 +101,8 @@ class Engine:
         self._last_handles: list[tuple[str, ...]] = []
         """The handles of each message of the previous prompt: a build looks up only the messages
         after those it shares with it (a prompt holds hundreds in a long session: ``bench_instructions``)."""
+        self._handles: tuple[str, ...] = ()
+        """Every handle of the previous prompt, sorted (``BuildResult.handles``)."""
         self._last_text: str = ""
         self.builds = 0
         self._memo = RenderMemo()
@@ -201,9 +203,13 @@ class Engine:
         same = common_length(last, messages)
         extends = bool(last) and same == len(last)
         reuse = self._reusable_tokens(messages, same, ctx)
-        found = self._last_handles[:same] + list(map(message_handles, messages[same:]))
-        handles = tuple(sorted(set(itertools.chain.from_iterable(found))))
-        self._last, self._last_text, self._last_handles = messages, ctx.text, found
+        new = list(map(message_handles, messages[same:]))
+        found = self._last_handles[:same] + new
+        if same == len(self._last_handles) and not any(new):  # (most builds: only messages without markers added)
+            handles = self._handles
+        else:
+            handles = tuple(sorted(set(itertools.chain.from_iterable(found))))
+        self._last, self._last_text, self._last_handles, self._handles = messages, ctx.text, found, handles
         self.builds += 1
         return BuildResult(messages, ctx.total, self.policy.budget, before, compacted, extends,
                            same if not extends else len(last), tuple(steps), ctx.payloads,
