@@ -190,7 +190,9 @@ class Context:
             total = sum(cost(i.message) for i in view)
         else:
             start = same_objects(last, view)
-            end = min(same_objects(last[::-1], view[::-1]), len(last) - start, len(view) - start)
+            end = min(len(last), len(view)) - start
+            if end:  # (most builds only append: no shared end to look for, nor two reversed copies)
+                end = min(same_objects(last[::-1], view[::-1]), len(last) - start, len(view) - start)
             total += (sum(cost(i.message) for i in view[start:len(view) - end])
                       - sum(cost(i.message) for i in last[start:len(last) - end]))
         self.summed = (view, total)
