@@ -34,6 +34,8 @@ def normalize_pairing(view: View, ctx: Context) -> tuple[View, StepReport]:
                 open_ids.remove(m.tool_call_id)
                 add(item)
                 continue
+            if open_ids:  # the orphan becomes a user message: the calls still open are answered first,
+                _close(out, actions, opener, open_ids)  # so that nothing comes between a call and its result
             add(_orphan(item))
             actions.append(Action(item.index, "orphan_result_as_user", f"tool_call_id={m.tool_call_id}"))
             continue
