@@ -109,6 +109,8 @@ class Engine:
         self._settled = False
         """The plan is the previous build's prompt as the every-build steps left it (not compacted)."""
         self._failures_seen = 0
+        self._paired = 0
+        """How many leading items of the plan ``normalize_pairing`` need not walk (``_well_paired``)."""
         self._received_memo = RenderMemo(tail=True, peer=self._memo)
         """The previous render of the history as received (``tokens_before``)."""
         self._summed: tuple[View | None, int] = (None, 0)
@@ -165,6 +167,7 @@ class Engine:
             ctx.dirty = set(changed[self._failures_seen:])
         self._failures_seen = len(changed)
         view = self._plan + tuple(Item(i, self.log.messages[i]) for i in range(self._planned, len(self.log)))
+        ctx.paired = self._paired
         view, steps = run(ALWAYS, view, ctx)
         tidied = ctx.exact(view)
         before = self._received(view, tidied)
@@ -181,6 +184,7 @@ class Engine:
         self._digest = ctx.digest
         self._planned = len(self.log)
         self._settled = not compacted
+        self._paired = len(view) if self._well_paired(view, ctx.paired_view, compacted) else 0
         return self._result(view, before, compacted, steps, ctx)
 
     def _received(self, view: View, tidied: int) -> int:
@@ -195,6 +199,16 @@ class Engine:
             return count_rendered(self.counter, history, self.tools, memo=self._received_memo)[0]
         except Exception:  # any template or encoder refusal: a report figure never fails a build
             return sum(map(self.counter.message_cost, history))
+
+    def _well_paired(self, view: View, paired: View | None, compacted: bool) -> bool:
+        """Whether the prompt has every call answered in place and no stand-in, so that the next
+        build's ``normalize_pairing`` need not walk it again: it was not compacted, holds no
+        stand-in (it is the plan) and has the items ``normalize_pairing`` left, in their order (the
+        steps after it rewrote messages in place, keeping roles and call ids: a step that removes a
+        call removes its result too, and the items change)."""
+        if compacted or self._plan is not view or paired is None:
+            return False
+        return view is paired or (len(view) == len(paired) and list(map(_index, view)) == list(map(_index, paired)))
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
                 ctx: Context) -> BuildResult:
@@ -228,6 +242,7 @@ class Engine:
 
 _message = operator.attrgetter("message")
 _kind = operator.attrgetter("kind")
+_index = operator.attrgetter("index")
 
 
 _handles_memo: CharMemo[Message, tuple[str, ...]] = CharMemo()

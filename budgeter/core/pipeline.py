@@ -112,6 +112,11 @@ class Context:
     """The failed calls whose state changed since the previous build, when that build's prompt is
     this view's start as ``tidy_failures`` left it (no compaction since): the others need no other
     form (None: look at every failed call)."""
+    paired: int = 0
+    """How many leading items are the previous build's prompt with every call answered in place and
+    no stand-in (``normalize_pairing`` walks only the items after them; 0: every item)."""
+    paired_view: View | None = None
+    """The view as ``normalize_pairing`` left it in this build."""
     _delta: int = 0
     _counted: View | None = None
     digest: Digested | None = None

@@ -20,14 +20,17 @@ from budgeter.core.pipeline import Action, Context, Item, Kind, StepReport, View
 
 
 def normalize_pairing(view: View, ctx: Context) -> tuple[View, StepReport]:
-    """Every build runs it over the whole view: a well-formed view (most builds) comes back as the
-    same tuple, and a message that opens no call costs one test."""
+    """Every build runs it: a well-formed view (most builds) comes back as the same tuple, and a
+    message that opens no call costs one test. The items the previous build's prompt ends with
+    every call answered (``ctx.paired``) are not walked again: a walk of every item grew with a long
+    session's prompt (``bench_instructions``)."""
+    start = ctx.paired
     out: list[Item] = []
     add = out.append
     actions: list[Action] = []
     open_ids: list[str] = []
     opener: Item | None = None
-    for item in view:
+    for item in view[start:] if start else view:
         m = item.message
         if m.role == "tool":
             if m.tool_call_id in open_ids:
@@ -44,8 +47,10 @@ def normalize_pairing(view: View, ctx: Context) -> tuple[View, StepReport]:
         opener, open_ids = item, [c.id for c in m.tool_calls] if m.tool_calls else []
         add(item)
     _close(out, actions, opener, open_ids)
-    n = len(out)
-    return view if not actions else tuple(out), StepReport("normalize_pairing", n, n, tuple(actions))
+    paired = view if not actions else view[:start] + tuple(out)
+    ctx.paired_view = paired
+    n = len(paired)
+    return paired, StepReport("normalize_pairing", n, n, tuple(actions))
 
 
 def _close(out: list[Item], actions: list[Action], opener: Item | None, open_ids: list[str]) -> None:
