@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from operator import is_
 from typing import Any
+
+from budgeter.core.memo import IdentityMemo
 
 Tojson = Callable[[Any], str]
 Native = Callable[[Sequence[Any], Any, bool, Mapping[str, Any], Tojson], "str | None"]
@@ -104,27 +105,25 @@ def _calls(calls: Any, content: str, tojson: Tojson) -> str | None:
 
 
 def _tool_block(tools: list[Any], tojson: Tojson) -> str:
-    """The tools' block for ``tools``, kept per list while it holds the same schema objects: a
-    session's renders are handed the same list (``ServerTools``), and writing each schema out again
-    was a twentieth of a turn (``bench_instructions``)."""
-    kept = _TOOL_BLOCKS.get(id(tools))
-    if kept is not None and kept[2] is tojson and len(kept[1]) == len(tools) and all(map(is_, kept[1], tools)):
-        return kept[3]
-    text = QWEN36_TOOLS + "".join("\n" + tojson(tool) for tool in tools) + "\n</tools>" + QWEN36_INSTRUCTIONS
-    if len(_TOOL_BLOCKS) >= 64:
-        _TOOL_BLOCKS.clear()
-    _TOOL_BLOCKS[id(tools)] = (tools, tuple(tools), tojson, text)  # (the list held: its id stays its own)
-    return text
+    """The tools' block for ``tools``, kept by the identities of the list and of each schema in it:
+    a session's renders are handed the same list (``ServerTools``), and writing each schema out
+    again was a twentieth of a turn (``bench_instructions``). By identity, not equality: two equal
+    schemas with their keys in another order write out differently."""
+    return _TOOL_BLOCKS.get((tojson, tools, *tools), _tool_text, tools, tojson)
 
 
-_TOOL_BLOCKS: dict[int, tuple[list[Any], tuple[Any, ...], Tojson, str]] = {}
+def _tool_text(tools: list[Any], tojson: Tojson) -> str:
+    return QWEN36_TOOLS + "".join("\n" + tojson(tool) for tool in tools) + "\n</tools>" + QWEN36_INSTRUCTIONS
+
+
+_TOOL_BLOCKS = IdentityMemo(size=len)
 
 
 def qwen36(messages: Sequence[Any], tools: Any, add_generation_prompt: bool, variables: Mapping[str, Any],
            tojson: Tojson) -> str | None:
     """Qwen3.6's published template (``templates/qwen3.6.jinja``), or None where it does not know
     the conversation's shape or the template would raise."""
-    if not messages or _TEMPLATE_VARIABLES.intersection(variables):
+    if not messages or not _TEMPLATE_VARIABLES.isdisjoint(variables):
         return None
     if tools is not None and type(tools) is not list:
         return None
