@@ -1,7 +1,7 @@
 """Cold and flat: start-up to ready per command, and whole-process CPU per turn by history size.
 
     python -m tests.bench.bench_flat [--sizes 10000 100000 1000000 2000000] [--turns 40]
-                                     [--only ready serve]
+                                     [--only ready serve layer]
 
 - **ready**: wall time from the command's start to its answer or readiness, a fresh process
   each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file, the
@@ -19,6 +19,11 @@
   (``/proc/PID/task/*/schedstat``, nanoseconds), read around the call: p50 / p90, and the p50's
   ratio to the 100K session's; and the server's CPU for a ``GetSession`` of the same session, a
   call with no engine work (the gRPC server's own share of a turn).
+- **layer**: the same turns of the same sessions through the session layer both front doors share,
+  in this process, with no gRPC (``Sessions.append`` then ``Sessions.build``, as ``BuildPrompt``
+  does them), on each store, after another held-out session of the same size warmed
+  the process so that the counted turns tokenize their new messages: the calling thread's CPU per
+  turn, p50 / p90 and the p50's ratio to the 100K session's. What ``serve`` adds to it is gRPC's.
 - The proxy's growth with history (overhead and the proxy process's CPU per turn, 10K to 2M chars):
   ``python -m tests.bench.bench_proxy --growth``.
 """
@@ -109,6 +114,54 @@ def _interleave(sides: dict[int, tuple[ServerProcess, Client]], bodies: dict[int
             client.get_session(live[c][0].id)
             floor[c].append((cpu_seconds(pid) - c0) * 1000)
     return cpu, wall, floor
+
+
+def layer_growth(sizes: list[int], k: int) -> None:
+    """Each store in a child process of its own, so that neither counts with words the other's
+    sessions taught the tokenizer's piece counts."""
+    print(f"\n### The session layer in process (no gRPC): CPU per one-call turn, last {k} turns\n")
+    print(row(["store", "history chars", "CPU p50", "CPU p90", "p50 vs 100K"]))
+    print(row(["---"] * 5))
+    for store in ("memory", "sqlite"):
+        out = subprocess.run([sys.executable, "-m", "tests.bench.bench_flat", "--layer-child", store, "--turns",
+                              str(k), "--sizes", *map(str, sizes)], check=True, capture_output=True, text=True)
+        cpu = {int(c): v for c, v in json.loads(out.stdout.splitlines()[-1]).items()}
+        base = statistics.median(cpu[100_000]) if 100_000 in cpu else None
+        for c in sizes:
+            p50 = statistics.median(cpu[c])
+            print(row([store, f"{c:,}", f"{p50:.2f} ms", f"{pct(cpu[c], 0.9):.2f} ms",
+                       f"{p50 / base:.2f}x" if base else "-"]))
+
+
+def layer_child(store: str, sizes: list[int], k: int) -> None:
+    """Prints, as JSON on its last line, each size's CPU per counted turn (ms)."""
+    from budgeter.core.messages import from_openai
+    from budgeter.sessions.sessions import from_settings
+    from budgeter.sessions.tokenizers import settle
+    from budgeter.settings import Settings
+    from budgeter.store import open_store
+
+    cpu: dict[int, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        url = "memory://" if store == "memory" else f"sqlite://{tmp}/layer.db"
+        settings = Settings(store=url)
+        sessions = from_settings(settings, open_store(url))
+        settle(sessions.tokenizers, [settings.default_tokenizer])
+        for i, c in enumerate(sizes):
+            for seed in (300 + i, 200 + i):  # another session of the size first, then serve's
+                body = session(seed, c)
+                steps = list(turns(body["messages"]))
+                sid = sessions.create(tools=body["tools"]).id
+                counted = cpu[c] = []
+                first = len(steps) - min(k, len(steps) - 1)  # as serve counts them
+                for n, step in enumerate(steps):
+                    t0 = time.thread_time()
+                    messages = [from_openai(m, index=j) for j, m in enumerate(step)]
+                    sessions.build(sid, after=sessions.append(sid, messages, request_id=os.urandom(8).hex()))
+                    if n >= first:
+                        counted.append((time.thread_time() - t0) * 1000)
+        sessions.store.close()
+    print(json.dumps(cpu))
 
 
 def ready(repeat: int, cold_repeat: int) -> None:
@@ -218,14 +271,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cold-repeat", type=int, default=2, help="Runs with an empty tokenizer cache.")
-    ap.add_argument("--only", nargs="+", choices=["ready", "serve"], default=["ready", "serve"])
+    ap.add_argument("--only", nargs="+", choices=["ready", "serve", "layer"],
+                    default=["ready", "serve", "layer"])
+    ap.add_argument("--layer-child", choices=["memory", "sqlite"], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.layer_child:
+        return layer_child(a.layer_child, a.sizes, a.turns)
     print(" ".join(["    python -m tests.bench.bench_flat", *argv]))
     print(f"\nMachine: {os.cpu_count()} cores; sum(range(10**7)) in {gauge():.3f} s before the run.")
     if "ready" in a.only:
         ready(a.repeat, a.cold_repeat)
     if "serve" in a.only:
         serve_growth(a.sizes, a.turns)
+    if "layer" in a.only:
+        layer_growth(a.sizes, a.turns)
 
 
 if __name__ == "__main__":
