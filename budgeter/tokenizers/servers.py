@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from budgeter.core.memo import same_objects
+from budgeter.core.memo import IdentityMemo
 from budgeter.errors import InvalidTokenizerSpec
 from budgeter.tokenizers.rules import Wrapped
 
@@ -83,14 +83,22 @@ def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
                                              "parameters": fn.get("parameters", {})}}
 
 
+REBUILDS = 4096
+"""Tools lists whose rebuilds a format keeps: more than a replica's sessions (``live_sessions``,
+512 by default), each of which hands over its own."""
+
+
 class ServerTools(Wrapped):
     """A format whose tools are rebuilt as llama.cpp's server rebuilds them before rendering. The
     same tools come on every build of a session (a new list of the same objects): their rebuild is
-    kept until others come, so that the template meets the same objects too."""
+    kept by the objects' identities, one per session, so that the template meets the same objects
+    too and what it derives from them is kept as well. One kept rebuild, the last one, made every
+    build rebuild the tools, and the template write every schema out again, as soon as two
+    sessions' turns interleaved: 150 of 163 builds of four interleaved sessions (``bench_load``)."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
-        self._last: tuple[Any, Any] = ((), ())
+        self._rebuilds = IdentityMemo(limit=REBUILDS)
 
     def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
         return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
@@ -99,11 +107,11 @@ class ServerTools(Wrapped):
     def _rebuilt(self, tools: Any) -> Any:
         if not tools:
             return tools
-        given, rebuilt = self._last
-        if given is not tools and (len(given) != len(tools) or same_objects(given, tools) < len(tools)):
-            rebuilt = [llama_cpp_tool(t) for t in tools]
-            self._last = (tools, rebuilt)
-        return rebuilt
+        return self._rebuilds.get(tuple(tools), _rebuild, tools)
+
+
+def _rebuild(tools: Any) -> list[Mapping[str, Any]]:
+    return [llama_cpp_tool(t) for t in tools]
 
 
 def variables(server: str) -> dict[str, Any]:

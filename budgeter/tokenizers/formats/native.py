@@ -105,11 +105,12 @@ def _calls(calls: Any, content: str, tojson: Tojson) -> str | None:
 
 
 def _tool_block(tools: list[Any], tojson: Tojson) -> str:
-    """The tools' block for ``tools``, kept by the identities of the list and of each schema in it:
-    a session's renders are handed the same list (``ServerTools``), and writing each schema out
-    again was a twentieth of a turn (``bench_instructions``). By identity, not equality: two equal
-    schemas with their keys in another order write out differently."""
-    return _TOOL_BLOCKS.get((tojson, tools, *tools), _tool_text, tools, tojson)
+    """The tools' block for ``tools``, kept by the identities of the schemas in it (not of the list:
+    a session's builds hand over a new list of the same schemas where no ``ServerTools`` keeps one),
+    so that each session's schemas are written out once: writing them out again was a twentieth of a
+    turn (``bench_instructions``). By identity, not equality: two equal schemas with their keys in
+    another order write out differently."""
+    return _TOOL_BLOCKS.get((tojson, *tools), _tool_text, tools, tojson)
 
 
 def _tool_text(tools: list[Any], tojson: Tojson) -> str:
