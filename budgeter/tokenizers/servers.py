@@ -85,7 +85,8 @@ def llama_cpp_tool(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 REBUILDS = 4096
 """Tools lists whose rebuilds a format keeps: more than a replica's sessions (``live_sessions``,
-512 by default), each of which hands over its own."""
+512 by default), each of which hands over its own. They hold the schemas of sessions the replica
+let go, so the characters of their text count against the memos' budget too (``core/memo.py``)."""
 
 
 class ServerTools(Wrapped):
@@ -98,7 +99,7 @@ class ServerTools(Wrapped):
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
-        self._rebuilds = IdentityMemo(limit=REBUILDS)
+        self._rebuilds = IdentityMemo(limit=REBUILDS, size=_chars)
 
     def render(self, messages: Any, tools: Any, *, add_generation_prompt: bool = True) -> str:
         return self.inner.render(messages, self._rebuilt(tools),  # type: ignore[no-any-return]
@@ -112,6 +113,11 @@ class ServerTools(Wrapped):
 
 def _rebuild(tools: Any) -> list[Mapping[str, Any]]:
     return [llama_cpp_tool(t) for t in tools]
+
+
+def _chars(rebuilt: list[Mapping[str, Any]]) -> int:
+    """About the characters a rebuild holds: its text as Python writes it (once per session)."""
+    return len(repr(rebuilt))
 
 
 def variables(server: str) -> dict[str, Any]:

@@ -5,8 +5,10 @@ same list changed in place, is rebuilt."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from budgeter.core import memo
 from budgeter.tokenizers.formats import builtin_template, native
 from budgeter.tokenizers.servers import ServerTools, llama_cpp_tool
 
@@ -39,3 +41,20 @@ def test_other_schemas_are_rebuilt_even_in_the_same_list() -> None:
     after = fmt.render(CHAT, schemas)
     assert after != before and '"name": "b"' in after and '"name": "a"' not in after
     assert "dropped by llama.cpp" not in after
+
+
+def test_the_rebuilds_kept_count_against_the_memo_budget() -> None:
+    """They hold schemas of sessions a replica let go: each counts about its text, and they hold no
+    more characters than the budget."""
+    before = memo.budget()
+    memo.configure(4000)
+    try:
+        fmt = ServerTools(builtin_template("qwen3.6"))
+        first = fmt._rebuilt([tool(f"s_{j}") for j in range(3)])
+        assert fmt._rebuilds._items.chars >= len(json.dumps(first)) // 2
+        for k in range(40):
+            fmt._rebuilt([tool(f"s{k}_{j}") for j in range(3)])
+            assert fmt._rebuilds._items.chars <= 4000
+        assert len(fmt._rebuilds._items) < 40
+    finally:
+        memo.configure(before)
