@@ -61,6 +61,11 @@ def key_of(kind: str, parts: Iterable[str | bytes]) -> str:
     return h.hexdigest()
 
 
+def text_digest(text: str) -> str:
+    """The sha256 of ``text`` (a template's source), lone surrogates and all."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def file_digest(path: str | Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()

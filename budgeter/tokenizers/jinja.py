@@ -17,7 +17,6 @@ and a ``namespace`` that refuses underscore-prefixed names.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from datetime import datetime
 from typing import Any
@@ -121,6 +120,6 @@ def compile_template(source: str) -> jinja2.Template:
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
-    code = cache.fetch("jinja", hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
+    code = cache.fetch("jinja", cache.text_digest(source),
                        [jinja2.__version__, cache.source_digest(__file__)], lambda: env.compile(source))
     return env.template_class.from_code(env, code, env.make_globals(None), None)

@@ -135,29 +135,19 @@ def layer_growth(sizes: list[int], k: int) -> None:
 
 def layer_child(store: str, sizes: list[int], k: int) -> None:
     """Prints, as JSON on its last line, each size's CPU per counted turn (ms)."""
-    from budgeter.core.messages import from_openai
-    from budgeter.sessions.sessions import from_settings
-    from budgeter.sessions.tokenizers import settle
-    from budgeter.settings import Settings
-    from budgeter.store import open_store
+    from tests.bench.bench_service import one_call_turns, session_layer
 
     cpu: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        url = "memory://" if store == "memory" else f"sqlite://{tmp}/layer.db"
-        settings = Settings(store=url)
-        sessions = from_settings(settings, open_store(url))
-        settle(sessions.tokenizers, [settings.default_tokenizer])
+        sessions = session_layer("memory://" if store == "memory" else f"sqlite://{tmp}/layer.db")
         for i, c in enumerate(sizes):
             for seed in (300 + i, 200 + i):  # another session of the size first, then serve's
-                body = session(seed, c)
-                steps = list(turns(body["messages"]))
-                sid = sessions.create(tools=body["tools"]).id
+                steps = one_call_turns(sessions, session(seed, c))
                 counted = cpu[c] = []
                 first = len(steps) - min(k, len(steps) - 1)  # as serve counts them
-                for n, step in enumerate(steps):
+                for n, turn in enumerate(steps):
                     t0 = time.thread_time()
-                    messages = [from_openai(m, index=j) for j, m in enumerate(step)]
-                    sessions.build(sid, after=sessions.append(sid, messages, request_id=os.urandom(8).hex()))
+                    turn()
                     if n >= first:
                         counted.append((time.thread_time() - t0) * 1000)
         sessions.store.close()

@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 WARM_SEED = 201
@@ -64,34 +63,22 @@ def child(chars: int, turns_counted: int, lib: str, out: str) -> None:
     characters the counted turns tokenized are written to ``out``."""
     import ctypes
 
-    from budgeter.core.messages import from_openai
-    from budgeter.sessions.sessions import from_settings
-    from budgeter.sessions.tokenizers import settle
-    from budgeter.settings import Settings
-    from budgeter.store import open_store
-    from tests.bench.bench_service import turns
+    from tests.bench.bench_service import one_call_turns, session_layer
     from tests.bench.peers import session
 
     counted = ctypes.CDLL(lib)
-    settings = Settings(store="memory://")
-    sessions = from_settings(settings, open_store("memory://"))
-    settle(sessions.tokenizers, [settings.default_tokenizer])
-    pieces = getattr(sessions.tokenizers.counter(settings.default_tokenizer), "pieces", None)
+    sessions = session_layer("memory://")
+    pieces = getattr(sessions.tokenizers.counter(""), "pieces", None)
     tokenized = 0
     for replay, seed in enumerate((WARM_SEED, 200)):
-        body = session(seed, chars)
-        steps = turns(body["messages"])
+        steps = one_call_turns(sessions, session(seed, chars))
         first = max(0, len(steps) - turns_counted)
-        name = f"sessions/{uuid.uuid4().hex}"
-        sessions.create(session_id=name.split("/")[1], tools=body["tools"])
-        for k, step in enumerate(steps):
+        for k, turn in enumerate(steps):
             count = replay == 1 and k >= first
             if count:
                 before = getattr(pieces, "chars_tokenized", 0)
                 counted.turn_on()
-            messages = [from_openai(m, index=i) for i, m in enumerate(step)]
-            appended = sessions.append(name, messages, request_id=uuid.uuid4().hex)
-            sessions.build(name, after=appended)
+            turn()
             if count:
                 counted.turn_off()
                 tokenized += getattr(pieces, "chars_tokenized", 0) - before

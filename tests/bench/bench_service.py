@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -58,6 +59,30 @@ def turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         else:
             out.append([m])
     return out
+
+
+def session_layer(store: str) -> Any:
+    """The session layer both front doors share (``Sessions``), on ``store``, default tokenizer,
+    settled as ``budgeter serve`` settles."""
+    from budgeter.sessions.sessions import from_settings
+    from budgeter.store import open_store
+
+    settings = Settings(store=store)
+    sessions = from_settings(settings, open_store(store))
+    settle(sessions.tokenizers, [settings.default_tokenizer])
+    return sessions
+
+
+def one_call_turns(sessions: Any, body: dict[str, Any]) -> list[Callable[[], None]]:
+    """Each turn of ``body``, in a session made for it, as ``BuildPrompt`` does it (the turn's
+    messages parsed, appended, and the prompt built after the append), each made when called."""
+    sid = sessions.create(tools=body["tools"]).id
+
+    def turn(step: list[dict[str, Any]]) -> None:
+        appended = sessions.append(sid, from_openai_list(step), request_id=os.urandom(8).hex())
+        sessions.build(sid, after=appended)
+
+    return [functools.partial(turn, step) for step in turns(body["messages"])]
 
 
 def run(store: str, bodies: list[dict[str, Any]], window: int) -> dict[str, list[float]]:

@@ -15,11 +15,11 @@ held-out conversations.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from budgeter.core.memo import IdentityMemo
+from budgeter.tokenizers import cache
 
 Tojson = Callable[[Any], str]
 Native = Callable[[Sequence[Any], Any, bool, Mapping[str, Any], Tojson], "str | None"]
@@ -199,10 +199,6 @@ _KNOWN: dict[str, Native] = {
 }
 
 
-def _digest(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def for_template(source: str) -> Native | None:
     """The renderer written from ``source``, where there is one."""
-    return _KNOWN.get(_digest(source))
+    return _KNOWN.get(cache.text_digest(source))
