@@ -125,6 +125,13 @@ walk the whole history again: ``bench_flat``'s growth with history)."""
 SHARED_START = 16
 """How many items a walk may hold and still be kept beside the walks that extend it."""
 
+TAIL = 4
+"""A walk is also found by its item this many places before its last: a build's list may replace
+the last items of the one before it (the model's failed call and its result, collapsed once the
+model has answered them: ``core/steps/failures.py``), and then no longer holds that list's last
+item (a third of the turns of a 2M-character session walked their whole window again:
+``bench_flat``)."""
+
 W = TypeVar("W")
 
 
@@ -154,10 +161,15 @@ class Walks(Generic[W]):
     extends all of the one ``find`` gave for it replaces that one (a conversation holds one walk,
     its latest), and its size is that one's plus its new items' (the hot path sizes only those).
     A walk of up to ``SHARED_START`` items stays: it may be the start several conversations share
-    (one agent's system prompt and first messages), each to extend it."""
+    (one agent's system prompt and first messages), each to extend it. A list that extends no walk
+    also meets those it shares all but their last ``TAIL`` items with (each walk is indexed by its
+    item ``TAIL`` places before its last too), and the one it shares most with is replaced."""
 
     def __init__(self, limit: int = 1024, *, size: Callable[[Any], int]) -> None:
         self._items: CharMemo[tuple[int, int], tuple[list[Any], W, int]] = CharMemo(limit)
+        self._anchors: CharMemo[int, list[tuple[int, int]]] = CharMemo(limit)
+        """The keys of the walks by the id of their item ``TAIL`` before the last (each checked by
+        identity when met: a key may hold another walk since)."""
         self._size = size
         self._found: tuple[Sequence[Any] | None, tuple[int, int], int] = (None, (0, 0), 0)
         """The list ``find`` was given last, the key of the walk it found, and their shared items."""
@@ -182,6 +194,11 @@ class Walks(Generic[W]):
                     continue
                 others.append((hit, (id(item), way)))
         if best is None:
+            for item in items[-(LOOKBACK + TAIL):]:
+                for key in self._anchors.get(id(item), ()):
+                    hit = self._items.get(key)
+                    if hit is not None and len(hit[0]) > TAIL and hit[0][-1 - TAIL] is item:
+                        others.append((hit, key))
             for hit, key in others:
                 shared = same_objects(hit[0], items)
                 if best is None or shared > best[2]:
@@ -199,6 +216,13 @@ class Walks(Generic[W]):
         key = (last, free[0] if free else WAYS - 1)  # all taken: the last way is given up
         self._drop(key)
         self._items.put(key, (list(items), walk, size), size)
+        if len(items) > TAIL:
+            anchor = id(items[-1 - TAIL])
+            keys = self._anchors.get(anchor)
+            if keys is None:
+                self._anchors.put(anchor, [key])
+            elif key not in keys:
+                keys[:] = [*keys[1 - WAYS:], key]
 
     def _drop(self, key: tuple[int, int]) -> None:
         old = self._items.pop(key, None)
@@ -207,13 +231,17 @@ class Walks(Generic[W]):
 
     def _superseded(self, items: Sequence[Any]) -> int:
         """The size of ``items``; the walk ``find`` gave for them, when they extend all of its
-        list, is dropped (this one supersedes it) and its size is reused."""
+        list but at most its last ``TAIL`` items, is dropped (this one supersedes it) and its size
+        is reused."""
         found, key, shared = self._found
         self._found = (None, (0, 0), 0)
         if found is items:
             held = self._items.get(key)
-            if held is not None and shared == len(held[0]):
+            if held is not None and shared >= len(held[0]) - TAIL:
+                size = held[2] - sum(map(self._size, held[0][shared:])) if shared < len(held[0]) else held[2]
                 if shared > SHARED_START:
                     self._drop(key)
-                return held[2] + sum(map(self._size, items[shared:]))
+                elif shared < len(held[0]):
+                    return sum(map(self._size, items))
+                return size + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))

@@ -59,6 +59,26 @@ def test_a_conversation_holds_one_walk_and_the_walks_stay_in_budget():
         memo.configure(before)
 
 
+def test_a_list_that_replaced_the_last_items_finds_the_walk_before_them():
+    """A build's prompt may replace the last messages of the previous one (a failed call and its
+    result, collapsed once the model answered them): it no longer holds that walk's last item, and
+    must still find the walk for all it shares, not walk the whole window again; the older walk
+    is then replaced (a conversation holds one walk)."""
+    w: Walks[int] = Walks(size=len)
+    items = [f"m{k:03}" for k in range(40)]
+    w.find(items)
+    w.keep(items, 40)
+    for turn in range(1, 6):
+        replaced = [f"tidied {turn}", f"tidied result {turn}"]
+        nxt = [*items[:-2], *replaced, *[f"new {turn}.{k}" for k in range(turn % 3)]]
+        assert w.find(nxt) == (40 + 3 * (turn - 1), len(items) - 2)
+        w.keep(nxt, 40 + 3 * turn)
+        assert len(w._items) == 1 and w._items.chars == sum(map(len, nxt))
+        items = nxt
+    far = [*items[:-(memo.TAIL + 2)], "a", "b", "c", "d", "e", "f"]  # more than TAIL replaced: not met
+    assert w.find(far) == (None, 0)
+
+
 def test_configure_resizes_and_clears_what_is_over():
     before = memo.budget()
     m: CharMemo[str, int] = CharMemo()
