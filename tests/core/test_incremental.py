@@ -296,3 +296,17 @@ def test_the_report_says_when_windows_are_off(tiny_bpe_path):
     session = Engine(counter, policy=Policy(), tools=())
     session.append([Message("user", "u")])
     assert any("every build whole" in n and "strftime_now" in n for n in session.build().notes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=12), st.lists(st.integers(0, 3), max_size=12), st.data())
+def test_common_length_counts_the_leading_items_equal_or_the_same(a, b, data):
+    """Items are the same object, or equal but other objects (a message rebuilt alike), or not
+    equal: the count is where they first differ, whichever the first non-identical item is."""
+    from budgeter.core.incremental import common_length
+
+    pool = {k: [k * 10] for k in range(4)}  # each value one object; an equal copy where drawn
+    left = tuple(pool[k] if data.draw(st.booleans()) else [k * 10] for k in a)
+    right = tuple(pool[k] if data.draw(st.booleans()) else [k * 10] for k in b)
+    expect = next((i for i, (x, y) in enumerate(zip(left, right, strict=False)) if x != y), min(len(a), len(b)))
+    assert common_length(left, right) == expect
