@@ -58,6 +58,32 @@ def test_each_build_is_rewritten_as_a_fresh_adapter_would(caps, steps, with_tool
         assert got == want and list(got_tools) == list(want_tools)
 
 
+@settings(max_examples=200, deadline=None)
+@given(_CAPS, st.integers(18, 40), st.lists(st.tuples(st.integers(0, 6), st.lists(_ROLES, max_size=3)),
+                                            min_size=1, max_size=8))
+def test_builds_that_replace_the_last_messages_are_rewritten_as_a_fresh_adapter_would(caps, start, steps):
+    """A build may replace the previous one's last messages (a failed call and its result,
+    collapsed once answered) and add more: the walk it meets then shares all but those (``Walks``
+    finds it by an earlier item), and the output must still equal a fresh adapter's."""
+    adapt = adapter(caps)
+    if adapt is None:
+        return
+    roles = ["system", "user", "assistant", "tool", "assistant", "user"]
+    conversation = [_message(roles[k % len(roles)], k) for k in range(start)]
+    adapt(conversation, TOOLS)
+    k = start
+    for replaced, added in steps:
+        kept = conversation[:max(0, len(conversation) - replaced)]
+        fresh_tail = [_message(m["role"], k + j + 1000) for j, m in enumerate(conversation[len(kept):])]
+        k += len(fresh_tail) + len(added)
+        conversation = [*kept, *fresh_tail, *(_message(role, k + j) for j, role in enumerate(added))]
+        got, got_tools = adapt(conversation, TOOLS)
+        fresh = adapter(caps)
+        assert fresh is not None
+        want, want_tools = fresh(list(conversation), TOOLS)
+        assert got == want and list(got_tools) == list(want_tools)
+
+
 def test_results_in_a_row_stay_apart_where_the_template_renders_them_so():
     """Where roles must alternate, consecutive messages are merged, but two tool results are kept
     apart where the template renders them one after the other (Mistral's templates skip calls and
