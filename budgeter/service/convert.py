@@ -90,11 +90,15 @@ def _timestamp(seconds: float) -> Timestamp:
     return ts
 
 
+_tools_json = IdentityMemo(size=len)
+"""A session's tools as JSON, written once per parsed config (``SessionConfig.from_json``)."""
+
+
 def session_to_pb(info: SessionInfo) -> pb.Session:
     rec = info.record
     out = pb.Session(name=f"sessions/{external_id(info.id)}", tokenizer=info.config.tokenizer,
                      policy=policy_to_pb(policy_to_dict(info.config.policy)),
-                     tools_json=dumps_text(list(info.config.tools)),
+                     tools_json=_tools_json.one(info.config.tools, dumps_text, list(info.config.tools)),
                      message_count=rec.version, etag=info.etag, create_time=_timestamp(rec.created))
     if rec.expires is not None:
         out.expire_time.CopyFrom(_timestamp(rec.expires))

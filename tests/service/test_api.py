@@ -11,6 +11,7 @@ import pytest
 
 from budgeter.client import Client, ClientError
 from budgeter.core.messages import from_openai_list
+from budgeter.core.policy import Policy
 from budgeter.service.server import create_server
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import resolve
@@ -41,6 +42,24 @@ def test_session_lifecycle_and_paging(client):
     with pytest.raises(ClientError) as e:
         client.create_session(session_id="s2")
     assert reason_of(e) == (grpc.StatusCode.ALREADY_EXISTS, "SESSION_EXISTS")
+
+
+def test_each_session_shows_its_own_stored_config_on_every_read(client):
+    """A stored config is parsed once and its tools written out once (``SessionConfig.from_json``,
+    ``convert.session_to_pb``): every read still shows each session its own."""
+    from budgeter.sessions.model import SessionConfig
+
+    shapes = {"ta": TOOLS, "tb": TOOLS[:1], "tc": []}
+    for sid, tools in shapes.items():
+        client.create_session(session_id=sid, tools=tools, window=8192 if sid == "tb" else 32768)
+    for _ in range(2):
+        for sid, tools in shapes.items():
+            got = client.get_session(sid)
+            assert json.loads(got["tools_json"]) == tools
+            assert got["policy"]["window"] == (8192 if sid == "tb" else 32768)
+    text = SessionConfig(tokenizer="t", spec="s", policy=Policy(), tools=tuple(TOOLS)).to_json()
+    assert SessionConfig.from_json(text) is SessionConfig.from_json(text)
+    assert SessionConfig.from_json(text).tools == tuple(TOOLS)
 
 
 @pytest.mark.parametrize(("kwargs", "reason", "field"), [
