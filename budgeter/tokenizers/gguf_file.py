@@ -254,9 +254,9 @@ def _unpack(packed: tuple[Any, ...]) -> tuple[Any, str | None, dict[str, str]]:
 
     if packed[0] == "bpe":
         _, skeleton, tokens, ids, joined, options, added, template, variables = packed
-        with _no_gc():
-            parts = joined.split(_SEP) if joined else []
-            merges = list(zip(parts[0::2], parts[1::2], strict=True))
+        with _no_gc():  # (pairs taken from one iterator: no two half-million-item slices copied first)
+            parts = iter(joined.split(_SEP) if joined else ())
+            merges = list(zip(parts, parts, strict=True))
         tok = Tokenizer.from_str(skeleton)
         tok.model = models.BPE(vocab=dict(zip(tokens.split(_SEP), ids, strict=True)), merges=merges, **options)
         # added after the model, as the JSON loader adds them: an added token whose text is also
