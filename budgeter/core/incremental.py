@@ -28,12 +28,12 @@ before any window); one that reads the clock (``strftime_now``) always renders w
 
 from __future__ import annotations
 
-import itertools
 import logging
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from budgeter.core.memo import leading_same
 
 log = logging.getLogger("budgeter.counting")
 
@@ -144,8 +144,7 @@ def common_length(a: Sequence[Any], b: Sequence[Any]) -> int:
         return n
     # a build whose prompt replaced the last items of the previous one (a failed call collapsed once
     # answered): the leading same objects are skipped in C, not walked in Python (``bench_instructions``)
-    start = next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), n)
-    for i in range(start, n):
+    for i in range(leading_same(a, b), n):
         if a[i] is not b[i] and a[i] != b[i]:
             return i
     return n

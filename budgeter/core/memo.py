@@ -144,7 +144,12 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     n = min(len(a), len(b))
     if n and a[n - 1] is b[n - 1] and (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n  # (the shorter one compared whole, not copied: half the cost on a long history)
-    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), n)
+    return leading_same(a, b)
+
+
+def leading_same(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items of two sequences are the same objects, by identity alone, counted in C."""
+    return next(itertools.compress(itertools.count(), map(operator.is_not, a, b)), min(len(a), len(b)))
 
 
 class Walks(Generic[W]):
@@ -237,11 +242,9 @@ class Walks(Generic[W]):
         self._found = (None, (0, 0), 0)
         if found is items:
             held = self._items.get(key)
-            if held is not None and shared >= len(held[0]) - TAIL:
-                size = held[2] - sum(map(self._size, held[0][shared:])) if shared < len(held[0]) else held[2]
+            if held is not None and shared >= len(held[0]) - TAIL and (
+                    shared > SHARED_START or shared == len(held[0])):  # (a shared start stays, whole)
                 if shared > SHARED_START:
                     self._drop(key)
-                elif shared < len(held[0]):
-                    return sum(map(self._size, items))
-                return size + sum(map(self._size, items[shared:]))
+                return held[2] - sum(map(self._size, held[0][shared:])) + sum(map(self._size, items[shared:]))
         return sum(map(self._size, items))
