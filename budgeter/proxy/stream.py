@@ -1,7 +1,7 @@
 """The upstream's reply: passed through byte for byte, with a parsed copy for the history.
 
-``tee`` forwards every chunk of the upstream's body exactly as it arrived and feeds the same bytes
-to an event-stream parser (``sse.py``); events are never re-synthesised. ``Reply`` accumulates what the parsed
+``tee`` forwards the upstream's body byte for byte, cut only where events end, and feeds the same
+bytes to an event-stream parser (``sse.py``); events are never re-synthesised. ``Reply`` accumulates what the parsed
 copy says (content, reasoning, tool calls by index, finish_reason, usage) into the assistant
 message that is appended to the session.
 """
@@ -135,14 +135,45 @@ def parse_data(data: str) -> Any:
         return None  # not ours to judge: the client gets the bytes as they were
 
 
+class EventEnds:
+    """Bytes in, the bytes up to the last blank line seen out: the rest of an event waits for its
+    end. What went out thus always ends between events, so an error event the proxy adds after it
+    (over ``max_reply_bytes``) is read as its own, never glued to half an upstream event.
+
+    A blank line is two line ends in a row, ``\r\n`` being one: exactly where ``\n\n``, ``\n\r``
+    or ``\r\r`` occurs (a cut after ``\n\r`` may split a ``\r\n``: what went out still ends with
+    a blank line, and the bytes as a whole are unchanged)."""
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk if self._held else chunk
+        start = max(len(self._held) - 1, 0)  # the held bytes hold no blank line
+        end = max(data.rfind(b"\n\n", start), data.rfind(b"\n\r", start), data.rfind(b"\r\r", start)) + 2
+        if end < 2:
+            self._held = data
+            return b""
+        self._held = data[end:]
+        return data[:end]
+
+    def close(self) -> bytes:
+        """What the upstream sent after its last blank line (a stream without a final one)."""
+        rest, self._held = self._held, b""
+        return rest
+
+
 async def tee(chunks: AsyncIterator[bytes], on_event: Callable[[str], None]) -> AsyncIterator[bytes]:
-    """The upstream's raw body chunks, each given out unchanged as it arrives, and a copy run
+    """The upstream's raw body, given out as events complete (``EventEnds``), and a copy run
     through the event-stream parser. ``on_event`` sees the data of the events a chunk completes
-    before that chunk is given out, and all of them before the iteration ends."""
-    parser = SSEParser()
+    before their bytes are given out, and all of them before the iteration ends."""
+    parser, ends = SSEParser(), EventEnds()
     async for chunk in chunks:
         for data in parser.feed(chunk):
             on_event(data)
-        yield chunk
+        if piece := ends.feed(chunk):
+            yield piece
     for data in parser.close():
         on_event(data)
+    if rest := ends.close():
+        yield rest

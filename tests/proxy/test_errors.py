@@ -306,8 +306,8 @@ def test_a_reply_over_max_reply_bytes_is_a_502_naming_the_upstream_and_one_withi
 def test_a_stream_over_max_reply_bytes_ends_with_an_error_event_and_stores_nothing(make_proxy, upstream):
     proxy = make_proxy(max_reply_bytes=64 << 10)
     body = {"model": "m", "messages": [SYSTEM, USER], "stream": True}
-    upstream.script(Script(content="x" * 6000))  # ~860 chunks of ~150 bytes each
-    with pytest.raises(openai.APIError) as err:
+    upstream.script(Script(content="x" * 6000, split=True))  # ~860 events of ~150 bytes, each in two writes
+    with pytest.raises(openai.APIError) as err:  # the error event, never half an event glued to it
         for _ in proxy.client.chat.completions.create(**body, extra_headers={"X-Budgeter-Session": "s1"}):
             pass
     assert "UPSTREAM_TOO_LARGE" in str(err.value.body) and "max_reply_bytes" in err.value.message

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budgeter.proxy.sse import SSEParser
+from budgeter.proxy.stream import EventEnds
 
 PIECES = ["data: ", "data:", "event: delta", "id: 7", "id: a\0b", "retry: 30", "retry: x", ": comment",
           "{\"a\": 1}", "[DONE]", "é", "\n", "\r", "\r\n", "\n\n", "x"]
@@ -45,6 +46,30 @@ def cut(body: bytes, points: list[int]) -> list[bytes]:
 def test_same_events_as_httpx_sse(pieces, points):
     chunks = cut("".join(pieces).encode(), points)
     assert ours(chunks) == theirs(chunks)
+
+
+ERROR = b'data: {"error": {"code": "UPSTREAM_TOO_LARGE"}}\n\n'
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=30), st.lists(st.integers(0, 10_000), max_size=8))
+def test_an_event_added_after_any_relayed_piece_is_read_as_its_own(pieces, points):
+    """What the proxy relays is the body unchanged, cut only between events: an error event added
+    after any piece (a stream over max_reply_bytes) is read as one more event, after those relayed
+    whole, never glued to the half of an event the upstream had not finished."""
+    body = "".join(pieces).encode()
+    ends, relayed = EventEnds(), b""
+    for chunk in cut(body, points):
+        relayed += ends.feed(chunk)
+        assert theirs([relayed, ERROR]) == theirs([relayed]) + [ERROR[6:-2].decode()]
+    assert relayed + ends.close() == body
+
+
+def test_an_event_cut_mid_value_waits_for_its_end():
+    ends = EventEnds()
+    assert ends.feed(b'data: {"a": 1}\n\ndata: {"id":') == b'data: {"a": 1}\n\n'
+    assert ends.feed(b' "c"}\r\n') == b""
+    assert ends.feed(b'\r\ndata: [DONE]\n\n') == b'data: {"id": "c"}\r\n\r\ndata: [DONE]\n\n'
+    assert ends.close() == b""
 
 
 def test_an_openai_stream():

@@ -47,6 +47,8 @@ class Script:
     """Sent as the whole body with ``status`` and ``media_type``, whatever the request asked
     (an upstream that answers 200 with what is no chat completion)."""
     media_type: str = "application/json"
+    split: bool = False
+    """Write each streamed event in two halves, cut inside its JSON (as a server's writes may be)."""
 
 
 class Held:
@@ -157,8 +159,9 @@ class Upstream:
                 await asyncio.sleep(script.stall)
             if self.keep:
                 self.sent.append(piece)
-            yield piece
-            await asyncio.sleep(0)
+            for half in (piece[:len(piece) // 2], piece[len(piece) // 2:]) if script.split else (piece,):
+                yield half
+                await asyncio.sleep(0)
 
 
 class Running:
