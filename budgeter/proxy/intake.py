@@ -60,6 +60,8 @@ STARTS = 8
 prompt and fields before the messages)."""
 Probe = tuple[bytes, int, bytes]
 """(the body's first ``PROBE`` bytes, where its second message begins, that message's first bytes)."""
+Field = tuple[str, msgspec.Raw, Any]
+"""A field other than ``messages``: its name, raw JSON and value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ class Body:
     data: bytes = b""
     array: msgspec.Raw | None = None
     """The messages array's raw JSON, where split."""
+    values: tuple[Field, ...] = ()
+    """The other fields, where split."""
 
 
 def not_json(exc: Exception) -> InvalidInput:
@@ -98,9 +102,10 @@ def split(data: bytes) -> Body:
         top = _FIELDS.decode(data)
         raws = _ELEMENTS.decode(top["messages"]) if "messages" in top else None
         if raws is not None:
-            fields: dict[str, Any] = {k: loads(v) for k, v in top.items() if k != "messages"}
+            values = tuple((k, v, loads(v)) for k, v in top.items() if k != "messages")
+            fields: dict[str, Any] = {k: value for k, _, value in values}
             fields["messages"] = raws
-            return Body(fields, raws, len(data), data, top["messages"])
+            return Body(fields, raws, len(data), data, top["messages"], values)
     except (ValueError, RecursionError):
         pass
     return Body(parse(data), None, len(data))
@@ -122,6 +127,10 @@ class _Seen:
     """Each message's raw JSON, where the body was ``split`` whole (views of ``data``)."""
     second: int = 0
     """Where the second message begins in ``data`` (0: not known)."""
+    values: tuple[Field, ...] = ()
+    """The fields other than ``messages``, each read once: a next request whose field has the same
+    raw JSON takes its value as it is (the tools, re-read every turn, were most of what reading a
+    continued body cost; ``bench_proxy --growth``)."""
 
     def probe(self) -> Probe | None:
         """Where a next body of this conversation is looked for when no session header names it;
@@ -245,8 +254,8 @@ class Recent:
         if not rest.startswith(array, len(_HEAD) - 1):  # a second "messages" after: read whole
             raise ValueError("messages twice")
         raws = _ELEMENTS.decode(array)
-        fields: dict[str, Any] = {k: loads(v) for k, v in seen.before}
-        fields.update((k, loads(v)) for k, v in top.items() if k != "messages")
+        values = _values(seen.before, top, seen.values)
+        fields: dict[str, Any] = {k: value for k, _, value in values}
         fields["messages"] = raws
         Request.check(fields)
         messages, repairs = list(seen.messages), list(seen.repairs)
@@ -255,8 +264,8 @@ class Recent:
         request = Request.made(fields, messages, repairs, extra_tools=extra_tools, size=len(data))
         # the array's closing bracket, from its place in ``rest`` (whose "[" is the array's)
         end = _last_end(data, len(data) - len(rest) + len(_HEAD) - 2 + len(array)) if raws else seen.end
-        self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs), None, seen.second),
-                   len(data))
+        self._keep(key, _Seen(data, end, seen.before, tuple(messages), tuple(repairs), None, seen.second,
+                              values), len(data))
         return fields, request
 
     def request(self, body: Body, *, session: str = "", extra_tools: Sequence[Any] = ()) -> Request:
@@ -279,8 +288,8 @@ class Recent:
         request = Request.made(body.fields, messages, repairs, extra_tools=extra_tools, size=body.size)
         assert body.array is not None
         end, before, second = _layout(body.data, body.array, body.raws)
-        self._keep(key, _Seen(body.data, end, before, tuple(messages), tuple(repairs), body.raws, second),
-                   body.size)
+        self._keep(key, _Seen(body.data, end, before, tuple(messages), tuple(repairs), body.raws, second,
+                              body.values), body.size)
         return request
 
     def _keep(self, key: str, seen: _Seen, size: int) -> None:
@@ -298,6 +307,20 @@ class Recent:
                 self._starts = {}
                 for h, at, text in self._probes:
                     _first(self._starts.setdefault(h, []), (at, len(text)), STARTS)
+
+
+def _values(before: Sequence[tuple[str, msgspec.Raw]], top: dict[str, msgspec.Raw],
+            known: Sequence[Field]) -> tuple[Field, ...]:
+    """The fields of a continued body, ``before`` its messages and in ``top`` after them, in that
+    order (later duplicates win, as when read whole), each read again only where its raw JSON is
+    not one ``known`` from the previous request. The values are shared with that request's: no
+    reader changes them (the upstream body is a new dict over them, ``Proxy._upstream_body``)."""
+    old = {field[0]: field for field in known}
+    out = []
+    for k, raw in (*before, *((k, v) for k, v in top.items() if k != "messages")):
+        was = old.get(k)
+        out.append(was if was is not None and was[1] == raw else (k, raw.copy(), loads(raw)))
+    return tuple(out)
 
 
 def _first(items: list[Any], item: Any, limit: int) -> None:

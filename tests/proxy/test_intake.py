@@ -145,6 +145,26 @@ def test_a_body_that_goes_on_from_the_previous_one_is_read_from_where_that_ended
             assert read_as_whole(recent, data, session) == continues, data[:80]
 
 
+def test_fields_with_the_same_raw_json_as_the_previous_request_are_not_read_again():
+    """A continued body's tools (and every field but its messages) are taken as read last time
+    when their raw JSON is the same, whichever side of the messages they stand; changed ones are
+    read again (tools before the messages: the body is read whole), and every read equals reading
+    the whole body."""
+    other = [*TOOLS, {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
+    for tools_first in (False, True):
+        recent = Recent(lines=8, max_bytes=1 << 30)
+        read, last = [], TOOLS
+        for turns, tools in ((4, TOOLS), (5, TOOLS), (6, other), (7, other), (7, TOOLS)):
+            fields = {"tools": tools, "messages": history(turns)} if tools_first else {
+                "messages": history(turns), "tools": tools}
+            data = json.dumps({**fields, "model": "m"}).encode()
+            assert read_as_whole(recent, data, "s") == (turns > 4 and not (tools_first and tools != last))
+            read.append(recent.read(data, session="s")[0]["tools"])  # (the same body again: continued)
+            last = tools
+        assert read[1] is read[0] and read[3] is read[2] and read[4] is not read[3]
+        assert read[2] == other and read[4] == TOOLS
+
+
 _MESSAGES = st.lists(st.builds(lambda role, text: {"role": role, "content": text},
                                st.sampled_from(["user", "assistant"]), st.text(max_size=30)), min_size=1, max_size=6)
 
