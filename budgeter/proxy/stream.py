@@ -148,6 +148,8 @@ class EventEnds:
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self._held and chunk.endswith(b"\n\n"):  # (as servers write: one or more whole events)
+            return chunk
         data = self._held + chunk if self._held else chunk
         start = max(len(self._held) - 1, 0)  # the held bytes hold no blank line
         end = max(data.rfind(b"\n\n", start), data.rfind(b"\n\r", start), data.rfind(b"\r\r", start)) + 2
