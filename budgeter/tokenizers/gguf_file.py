@@ -254,11 +254,11 @@ def _unpack(packed: tuple[Any, ...]) -> tuple[Any, str | None, dict[str, str]]:
 
     if packed[0] == "bpe":
         _, skeleton, tokens, ids, joined, options, added, template, variables = packed
+        tok = Tokenizer.from_str(skeleton)
         with _no_gc():  # (pairs taken from one iterator: no two half-million-item slices copied first)
             parts = iter(joined.split(_SEP) if joined else ())
-            merges = list(zip(parts, parts, strict=True))
-        tok = Tokenizer.from_str(skeleton)
-        tok.model = models.BPE(vocab=dict(zip(tokens.split(_SEP), ids, strict=True)), merges=merges, **options)
+            tok.model = models.BPE(vocab=dict(zip(tokens.split(_SEP), ids, strict=True)),
+                                   merges=list(zip(parts, parts, strict=True)), **options)
         # added after the model, as the JSON loader adds them: an added token whose text is also
         # a vocabulary entry takes that entry's id
         tok.add_tokens([AddedToken(content, single_word=single_word, lstrip=lstrip, rstrip=rstrip,
@@ -271,8 +271,10 @@ def _unpack(packed: tuple[Any, ...]) -> tuple[Any, str | None, dict[str, str]]:
 
 @contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
-    """The garbage collector paused while half a million merge pairs are made: each allocation
-    burst otherwise sets off collections that walk them all again, tripling the time (``bench_flat``)."""
+    """The garbage collector paused while half a million merge pairs are made, handed over and
+    freed: each allocation burst otherwise sets off collections that walk them all again, tripling
+    the time, and the first collection after a pause that ends while they live walks them once more
+    (``bench_flat``, ready)."""
     was = gc.isenabled()
     gc.disable()
     try:
