@@ -145,23 +145,29 @@ class EventEnds:
     a blank line, and the bytes as a whole are unchanged)."""
 
     def __init__(self) -> None:
-        self._held = b""
+        self._held: list[bytes] = []
+        """The bytes since the last blank line, as they came: an event read in a thousand pieces is
+        joined once, not copied again with each piece."""
 
     def feed(self, chunk: bytes) -> bytes:
         if not self._held and chunk.endswith(b"\n\n"):  # (as servers write: one or more whole events)
             return chunk
-        data = self._held + chunk if self._held else chunk
-        start = max(len(self._held) - 1, 0)  # the held bytes hold no blank line
-        end = max(data.rfind(b"\n\n", start), data.rfind(b"\n\r", start), data.rfind(b"\r\r", start)) + 2
-        if end < 2:
-            self._held = data
+        if not chunk:
             return b""
-        self._held = data[end:]
-        return data[:end]
+        before = self._held[-1][-1:] if self._held else b""  # the held bytes hold no blank line
+        data = before + chunk
+        at = max(data.rfind(b"\n\n"), data.rfind(b"\n\r"), data.rfind(b"\r\r"))
+        if at < 0:
+            self._held.append(chunk)
+            return b""
+        end = at + 2 - len(before)  # (in ``chunk``: at least 1)
+        out = b"".join([*self._held, chunk[:end]])
+        self._held = [chunk[end:]] if end < len(chunk) else []
+        return out
 
     def close(self) -> bytes:
         """What the upstream sent after its last blank line (a stream without a final one)."""
-        rest, self._held = self._held, b""
+        rest, self._held = b"".join(self._held), []
         return rest
 
 
