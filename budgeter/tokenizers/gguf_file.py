@@ -242,7 +242,8 @@ def _pack(tok: Any, template: str | None, variables: dict[str, str]) -> tuple[An
                  for a in state["added_tokens"]]
         vocab = model["vocab"]
         if not any(_SEP in t for t in vocab):
-            packed = ("bpe", skeleton, _SEP.join(vocab), list(vocab.values()),
+            ids = list(vocab.values())
+            packed = ("bpe", skeleton, _SEP.join(vocab), len(ids) if ids == list(range(len(ids))) else ids,
                       _SEP.join(p for m in merges for p in m), options, added, template, variables)
             if _unpack(packed)[0].to_str() == source:
                 return packed
@@ -257,6 +258,7 @@ def _unpack(packed: tuple[Any, ...]) -> tuple[Any, str | None, dict[str, str]]:
         tok = Tokenizer.from_str(skeleton)
         with _no_gc():  # (pairs taken from one iterator: no two half-million-item slices copied first)
             parts = iter(joined.split(_SEP) if joined else ())
+            ids = range(ids) if isinstance(ids, int) else ids  # (ids in order are kept as their count)
             tok.model = models.BPE(vocab=dict(zip(tokens.split(_SEP), ids, strict=True)),
                                    merges=list(zip(parts, parts, strict=True)), **options)
         # added after the model, as the JSON loader adds them: an added token whose text is also

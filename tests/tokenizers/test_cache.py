@@ -238,6 +238,19 @@ def test_the_gemma3_gguf_loads_the_same_through_the_cache(root):
     _same_gguf(path, root)
 
 
+@pytest.mark.parametrize("ids", [[0, 1, 2, 3], [0, 1, 2, 7]])
+def test_a_packed_bpe_keeps_its_ids_as_a_count_only_when_they_run_in_order(ids):
+    from tokenizers import Tokenizer, models
+
+    vocab = dict(zip(["a", "b", "c", "ab"], ids, strict=True))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "b")]))
+    packed = gguf_file._pack(tok, "{{ x }}", {"bos_token": "a"})
+    assert packed[0] == "bpe" and packed[3] == (4 if ids == [0, 1, 2, 3] else ids)
+    back, template, variables = gguf_file._unpack(packed)
+    assert back.to_str() == tok.to_str() and (template, variables) == ("{{ x }}", {"bos_token": "a"})
+    assert back.encode("abc").ids == [ids[3], ids[2]]
+
+
 def test_gguf_metadata_digest_covers_the_metadata_only(tmp_path):
     from tests import llamacpp
 
