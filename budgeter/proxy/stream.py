@@ -141,8 +141,9 @@ class EventEnds:
     (over ``max_reply_bytes``) is read as its own, never glued to half an upstream event.
 
     A blank line is two line ends in a row, ``\r\n`` being one: exactly where ``\n\n``, ``\n\r``
-    or ``\r\r`` occurs (a cut after ``\n\r`` may split a ``\r\n``: what went out still ends with
-    a blank line, and the bytes as a whole are unchanged)."""
+    or ``\r\r`` occurs (a cut after ``\n\r`` takes the ``\n`` after it, when it has come, as that
+    ``\r\n``'s end; what went out ends with a blank line either way, and the bytes as a whole are
+    unchanged)."""
 
     def __init__(self) -> None:
         self._held: list[bytes] = []
@@ -161,6 +162,8 @@ class EventEnds:
             self._held.append(chunk)
             return b""
         end = at + 2 - len(before)  # (in ``chunk``: at least 1)
+        if data[at + 1] == 13 and chunk[end:end + 1] == b"\n":  # a blank line's \r\n goes out whole
+            end += 1
         out = b"".join([*self._held, chunk[:end]])
         self._held = [chunk[end:]] if end < len(chunk) else []
         return out

@@ -70,6 +70,9 @@ def test_an_event_cut_mid_value_waits_for_its_end():
     assert ends.feed(b' "c"}\r\n') == b""
     assert ends.feed(b'\r\ndata: [DONE]\n\n') == b'data: {"id": "c"}\r\n\r\ndata: [DONE]\n\n'
     assert ends.close() == b""
+    assert ends.feed(b"data: 1\r\n\r\ndata: 2\r\n\r\n") == b"data: 1\r\n\r\ndata: 2\r\n\r\n"  # CRLF whole
+    assert ends.feed(b"data: 3\r\n\r") == b"data: 3\r\n\r"  # (its \n not come yet: goes with the next event)
+    assert ends.feed(b"\ndata: 4") == b"" and ends.close() == b"\ndata: 4"
 
 
 def test_an_openai_stream():
