@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.memo import leading_same
+from budgeter.core.memo import heads_equal, leading_same
 
 log = logging.getLogger("budgeter.counting")
 
@@ -140,7 +140,7 @@ def _reasoning(d: Mapping[str, Any]) -> bool:
 def common_length(a: Sequence[Any], b: Sequence[Any]) -> int:
     """How many leading items two sequences share (equal, or the same object)."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # most builds: compared in C, by identity first
+    if heads_equal(a, b, n):  # most builds
         return n
     # a build whose prompt replaced the last items of the previous one (a failed call collapsed once
     # answered): the leading same objects are skipped in C, not walked in Python (``bench_instructions``)

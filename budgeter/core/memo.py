@@ -142,9 +142,16 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     case, one list extending the other, is then one comparison by identity in C (a walk with
     ``is_not`` per item cost ~60 us per 2K items on every build: ``bench_flat``)."""
     n = min(len(a), len(b))
-    if n and a[n - 1] is b[n - 1] and (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
-        return n  # (the shorter one compared whole, not copied: half the cost on a long history)
+    if n and a[n - 1] is b[n - 1] and heads_equal(a, b, n):
+        return n
     return leading_same(a, b)
+
+
+def heads_equal(a: Sequence[Any], b: Sequence[Any], n: int) -> bool:
+    """Whether the first ``n`` items of ``a`` and ``b`` are equal, each the same object or equal
+    (compared in C, by identity first); one of length ``n`` is compared whole, not copied: half
+    the cost on a long history."""
+    return (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n])
 
 
 def leading_same(a: Sequence[Any], b: Sequence[Any]) -> int:
