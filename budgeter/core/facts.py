@@ -151,10 +151,14 @@ class History:
     previous_call: dict[CallRef, CallRef] = field(default_factory=dict)
     """Call -> the call to the same tool before it (what "retried" and "same error" compare)."""
     _last_of_tool: dict[str, CallRef] = field(default_factory=dict)
-    _unresolved: dict[str, list[CallRef]] = field(default_factory=dict)
-    """Tool name -> its failed calls with arguments that no later success has resolved yet, in the
-    order recorded: what a success looks through (all failures, every success, grew with history:
-    ``bench_flat``)."""
+    _unresolved: dict[tuple[str, ...], dict[CallRef, tuple[int, JSONDict]]] = field(default_factory=dict)
+    """Failed calls with arguments that no later success has resolved yet, each with the order it
+    was recorded in and its non-empty arguments, filed under (tool, argument, value) for its longest
+    string argument, or under (tool,) when none is a string: a success looks only at the calls
+    filed under its own values (looking through every unresolved failure of the tool grew with
+    history: ``bench_instructions``)."""
+    _filed_by: dict[str, set[str]] = field(default_factory=dict)
+    """Tool name -> the arguments its unresolved failures were ever filed under."""
     html_writes: list[int] = field(default_factory=list)
     collapsed: CharMemo[Any, Any] = field(default_factory=lambda: CharMemo(20_000))
     """Collapsed failures by the history's state for the call and the two items, so the failures
@@ -407,25 +411,49 @@ class History:
         self.changed_failures.extend(run)
         same.append(ref)
         if cf.value is not None:
-            self._unresolved.setdefault(cf.name, []).append(ref)
+            self._unresolve(ref, cf.name, cf.value)
         if known:
             self.first_error.setdefault(cf.key, (ref[0], error))
 
+    def _unresolve(self, ref: CallRef, name: str, value: JSONDict) -> None:
+        """File a failed call for the success that may resolve it (one with no non-empty argument
+        never is)."""
+        given = _given(value)
+        if not given:
+            return
+        texts = [(len(v), k, v) for k, v in given.items() if isinstance(v, str)]
+        if texts:
+            _, arg, text = max(texts, key=lambda t: t[0])  # (the first of the longest: the most telling)
+            where: tuple[str, ...] = (name, arg, text)
+            self._filed_by.setdefault(name, set()).add(arg)
+        else:
+            where = (name,)
+        self._unresolved.setdefault(where, {})[ref] = (len(self.failed_by), given)
+
     def _resolve(self, ref: CallRef, ok: CallFacts) -> None:
         """Earlier failures of this tool whose every non-empty argument the success repeats."""
-        assert ok.value is not None
-        refs = self._unresolved.get(ok.name)
-        if not refs:
-            return
-        for failed in refs:
-            cf = self.call(failed)
-            if failed[0] >= ref[0]:
-                continue
-            given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}  # type: ignore[union-attr]
-            if given and all(ok.value.get(k) == v for k, v in given.items()):
-                self.resolved_by[failed] = ref[0]
-                self.changed_failures.append(failed)
-        self._unresolved[ok.name] = [r for r in refs if r not in self.resolved_by]
+        value = ok.value
+        assert value is not None
+        places = [(ok.name,)] + [(ok.name, arg, v) for arg in self._filed_by.get(ok.name, ())
+                                 if isinstance(v := value.get(arg), str)]
+        done = []
+        for where in places:
+            pending = self._unresolved.get(where)
+            if pending:
+                done += [(order, failed, where) for failed, (order, given) in pending.items()
+                         if failed[0] < ref[0] and all(value.get(k) == v for k, v in given.items())]
+        for _, failed, where in sorted(done):  # in the order the failures were recorded
+            self.resolved_by[failed] = ref[0]
+            self.changed_failures.append(failed)
+            pending = self._unresolved[where]
+            del pending[failed]
+            if not pending:
+                del self._unresolved[where]
+
+
+def _given(value: JSONDict) -> JSONDict:
+    """The arguments given a value (not empty)."""
+    return {k: v for k, v in value.items() if v not in ("", None, [], {})}
 
 
 RETRY_PAYLOAD_CHARS = 256
@@ -439,7 +467,7 @@ def _repeats(before: dict[str, Any], after: dict[str, Any]) -> str:
     argument: the same call, or one that adds what was missing), "moved" (the same large content
     with other arguments: a copy to a second path looks alike, so it counts only when the earlier
     answer shows a sign of an error), or ""."""
-    given = {k: v for k, v in before.items() if v not in ("", None, [], {})}
+    given = _given(before)
     if given and all(after.get(k) == v for k, v in given.items()):
         return "given again"
     big = {v for v in before.values() if isinstance(v, str) and len(v) >= RETRY_PAYLOAD_CHARS}

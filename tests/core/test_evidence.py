@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from budgeter.core import Engine, Policy
 from budgeter.core.classify import CallKind, Evidence, text_failed
@@ -165,3 +167,53 @@ def _counter():
     from budgeter.tokenizers import resolve
 
     return resolve("qwen3.6")
+
+
+class LooksThroughAll(History):
+    """The resolution as specified: a success looks through every failure of its tool not yet
+    resolved, in the order the failures were recorded (what ``History`` does through its index)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.all_failed: list = []
+
+    def _unresolve(self, ref, name, value):
+        self.all_failed.append(ref)
+
+    def _resolve(self, ref, ok):
+        for failed in self.all_failed:
+            cf = self.call(failed)
+            given = {k: v for k, v in cf.value.items() if v not in ("", None, [], {})}
+            if (cf.name == ok.name and failed[0] < ref[0] and failed not in self.resolved_by and given
+                    and all(ok.value.get(k) == v for k, v in given.items())):
+                self.resolved_by[failed] = ref[0]
+                self.changed_failures.append(failed)
+
+
+_VALUES = st.one_of(st.sampled_from(["a.py", "x" * 300, "y" * 300]),
+                    st.sampled_from(["", "b.py", 1, 1.0, True, None, [], [1], {}, {"k": "a.py"}]))
+
+
+@st.composite
+def _calls_and_results(draw):
+    raw, n = [], draw(st.integers(1, 40))
+    for k in range(n):
+        args = draw(st.dictionaries(st.sampled_from(["path", "content", "n"]), _VALUES, max_size=3))
+        raw.append(call(f"c{k}", draw(st.sampled_from(["write_file", "edit", "run"])), args))
+        raw.append(result(f"c{k}", draw(st.sampled_from(["done", "Error: no such file", "ok"])),
+                          **draw(st.sampled_from([{}, {"status": "error"}, {"status": "ok"}]))))
+        if draw(st.booleans()):
+            raw.append({"role": "assistant", "content": "next"})
+    return raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(_calls_and_results())
+def test_a_success_resolves_the_failures_that_looking_through_them_all_resolves(raw):
+    messages = from_openai_list(raw)
+    indexed, spec = History(Policy(), WRITE_TOOLS), LooksThroughAll(Policy(), WRITE_TOOLS)
+    indexed.extend(messages)
+    spec.extend(messages)
+    assert indexed.failed_by == spec.failed_by
+    assert indexed.resolved_by == spec.resolved_by
+    assert indexed.changed_failures == spec.changed_failures
