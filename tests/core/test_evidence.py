@@ -217,3 +217,19 @@ def test_a_success_resolves_the_failures_that_looking_through_them_all_resolves(
     assert indexed.failed_by == spec.failed_by
     assert indexed.resolved_by == spec.resolved_by
     assert indexed.changed_failures == spec.changed_failures
+
+
+def test_a_preview_records_nothing_of_the_failures_it_finds():
+    """``Sessions`` previews a batch before the store takes it; a refused append must leave the
+    history as it was, so a later identical call is no repeat of a failure never recorded."""
+    log = History(Policy(), WRITE_TOOLS)
+    log.extend(from_openai_list([call("a", "write_file", {"path": "a.py", "content": "x"}), result("a", "ok")]))
+    cut = {"role": "assistant", "content": "", "tool_calls": [{"id": "b", "type": "function", "function": {
+        "name": "write_file", "arguments": '{"path": "b.py", "content": "unfinished'}}]}
+    batch = from_openai_list([cut, result("b", "Error: no such file"), call("c", "write_file", {"path": "c.py"}),
+                              result("c", "Error: permission denied"), call("d", "write_file", {"path": "c.py"})])
+    before = dict(log.first_error)
+    facts = log.preview(batch)
+    assert facts[4].calls[0].verdict.repeat_of is not None  # within the batch, the earlier failure counts
+    assert log.first_error == before
+    assert log.facts_for(batch[4]).calls[0].verdict.repeat_of is None
