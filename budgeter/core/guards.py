@@ -135,7 +135,10 @@ def _validator(schema_text: str) -> Any:
 
 
 def _checker(schema: JSONDict) -> Any:
-    return _validator(json.dumps(schema, sort_keys=True))
+    try:
+        return _validator(json.dumps(schema, sort_keys=True))
+    except RecursionError:  # (the JSON Schema check follows about 120 levels: tools are held to fewer)
+        return "it nests too deeply to check"
 
 
 _CHECKERS = IdentityMemo(limit=1024)

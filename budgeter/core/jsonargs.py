@@ -104,13 +104,38 @@ def _any_leaf(value: Any, test: Callable[[Any], bool]) -> bool:
     return False
 
 
+ARGUMENT_DEPTH = 128
+"""How deep a call's arguments may nest (the object itself is the first level) and be taken as an
+object. Deeper ones overflow the JSON Schema check (about 120 levels) and, past about a thousand
+less the stack below them, the JSON parser, encoder and templates: whether such arguments parsed
+depended on the front door they came through, and the encoder's overflow was an internal error."""
+
+
 def loads_object(text: str) -> dict[str, Any] | None:
-    """The JSON object in ``text``, or None when it is not one."""
+    """The JSON object in ``text``, or None when it is not one (or nests past ``ARGUMENT_DEPTH``)."""
     try:
         value = loads(text)
     except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and nesting(value, ARGUMENT_DEPTH) <= ARGUMENT_DEPTH else None
+
+
+def nesting(value: Any, limit: int) -> int:
+    """How many levels of objects and arrays ``value`` nests (a scalar: 0), counted no further than
+    ``limit + 1``; iterative, so any depth is walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list | tuple):
+            continue
+        if depth > deepest:
+            deepest = depth
+            if depth > limit:
+                break
+        stack.extend((c, depth + 1) for c in v if isinstance(c, dict | list | tuple))
+    return deepest
 
 
 def dumps_bytes(value: Any) -> bytes:
@@ -297,6 +322,8 @@ def why_invalid(text: str) -> str:
         hint = " (a trailing comma: remove it)" if trailing else ""
         return (f"not valid JSON: {getattr(exc, 'msg', exc)} at character {at}{hint}; "
                 "send the arguments as one JSON object")
+    if isinstance(value, dict):  # (an object that loads_object refused)
+        return f"a JSON object nested more than {ARGUMENT_DEPTH} levels deep; send flatter arguments"
     kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
     return f"JSON {kind}, not an object; send the arguments as one JSON object"
 

@@ -70,7 +70,7 @@ class Request:
         """The request of ``body`` with its messages parsed already (``intake``)."""
         if not messages:
             raise InvalidInput("messages must not be empty", field="messages")
-        tools = check_tools(body.get("tools") or [])
+        tools = check_tools(body.get("tools") or [], field="tools")
         return cls(messages, [*tools, *extra_tools], tuple(repairs), size)
 
     @staticmethod

@@ -110,7 +110,8 @@ class BudgeterServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateSession(self, request, context):
-        """Creates a session. Errors: INVALID_ARGUMENT (INVALID_INPUT: bad policy or tools_json),
+        """Creates a session. Errors: INVALID_ARGUMENT (INVALID_INPUT: bad policy or tools_json;
+        TOOLS_TOO_DEEP: tools nested past 64 levels),
         NOT_FOUND (UNKNOWN_TOKENIZER), ALREADY_EXISTS (SESSION_EXISTS),
         RESOURCE_EXHAUSTED (TOO_MANY_SESSIONS).
         """

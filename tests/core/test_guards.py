@@ -93,3 +93,20 @@ def test_each_schema_object_is_checked_by_its_own_content():
         verdict = validate_tool_call(call(args), tools)
         assert (not verdict.problems) is ok, (kind, verdict.problems)
         del tools, verdict
+
+
+def test_a_schema_too_deep_to_check_is_named_not_raised_and_is_no_evidence():
+    """Tools reach the core without the sessions' depth limit (``trim``, a library caller); the
+    JSON Schema check overflowed the stack at about 99 nested objects."""
+    schema: dict = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tools = [{"type": "function", "function": {"name": "deep", "parameters": schema}}]
+    verdict = validate_tool_call(ToolCall("1", "deep", '{"a": {"a": "x"}}'), tools)
+    assert [p.message for p in verdict.problems] == ["the tool's own schema is invalid: it nests too deeply to check"]
+    log = History(Policy(), tools)
+    log.extend(from_openai_list([
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "deep", "arguments": '{"a": {"a": "x"}}'}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "done"}]))
+    assert log.failed_by == {}

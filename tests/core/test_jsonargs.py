@@ -5,10 +5,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budgeter.core.jsonargs import (
+    ARGUMENT_DEPTH,
     ArgStatus,
     Elider,
     classify_arguments,
     complete_members,
+    nesting,
     shrink_leaves,
     stand_in,
 )
@@ -138,3 +140,17 @@ def test_every_cut_of_an_object_is_seen_as_cut_and_the_whole_as_complete(value, 
     at = data.draw(st.integers(1, len(text) - 1))
     cut, why = viable_prefix(text[:at])
     assert cut, (text[:at], why)
+
+
+def test_arguments_nested_past_the_limit_are_invalid_and_say_so():
+    """Whether arguments nested ~1,000 levels parsed depended on the stack below the parser, and
+    the encoder then overflowed (an internal error through gRPC); a fixed limit decides."""
+    def nested(levels):
+        return '{"a": ' * (levels - 1) + '{"b": 1' + "}" * levels
+
+    assert classify_arguments(nested(ARGUMENT_DEPTH)).status is ArgStatus.VALID
+    for levels in (ARGUMENT_DEPTH + 1, 990, 5000):
+        verdict = classify_arguments(nested(levels))
+        assert verdict.status is ArgStatus.INVALID and "nested" in verdict.detail, (levels, verdict)
+    assert nesting({"a": [1, {"b": []}], "c": "x"}, 10) == 4
+    assert nesting("x", 10) == 0 and nesting([[[[]]]], 2) == 3  # counted no further than the limit + 1

@@ -405,3 +405,23 @@ def test_a_stream_flag_that_is_not_a_boolean_is_a_400(proxy, stream):
     assert r.status_code == 400, r.text
     assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("INVALID_INPUT", "stream")
     assert proxy.upstream.received == []
+
+
+@pytest.mark.parametrize("route", ["/chat/completions", "/budgeter/fit"])
+def test_tools_nested_too_deep_are_a_400_naming_them_and_deep_arguments_pass(proxy, route):
+    """A schema 99 objects deep made the first call of its tool a 500 (the JSON Schema check
+    overflowed the stack); arguments nested ~990 levels overflowed the encoder."""
+    schema: dict = {"type": "string"}
+    for _ in range(99):
+        schema = {"type": "object", "properties": {"a": schema}}
+    deep = [{"type": "function", "function": {"name": "deep", "parameters": schema}}]
+    r = httpx.post(proxy.base_url + route, json={"model": "m", "messages": [SYSTEM, USER], "tools": deep})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("TOOLS_TOO_DEEP", "tools")
+    assert proxy.upstream.received == []
+    flat = [{"type": "function", "function": {"name": "deep", "parameters": {"type": "object"}}}]
+    called = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "deep", "arguments": '{"a": ' * 989 + "1" + "}" * 989}}]}
+    history = [SYSTEM, USER, called, {"role": "tool", "tool_call_id": "c", "content": "done"}]
+    r = httpx.post(proxy.base_url + route, json={"model": "m", "messages": history, "tools": flat})
+    assert r.status_code == 200, r.text

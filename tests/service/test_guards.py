@@ -219,3 +219,44 @@ def test_a_lone_surrogate_escape_in_a_path_argument_is_answered_not_internal(cli
     checked = s.validate_tool_call(tc("w2", '{"path": "../\\ud800", "content": "x"}'))
     assert [p["code"] for p in checked["problems"]] == ["UNSAFE_PATH"]
     assert s.prompt().tokens > 0
+
+
+def _nested_schema(levels: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def test_tools_nested_past_the_limit_are_refused_and_those_within_it_check_calls(client):
+    """A schema 99 objects deep made every call of its tool INTERNAL (the JSON Schema check
+    overflowed the stack), and tools ~500 deep failed to be stored."""
+    from budgeter.sessions.sessions import TOOLS_DEPTH
+
+    def tools(levels):
+        return [{"type": "function", "function": {"name": "deep", "parameters": _nested_schema(levels)}}]
+
+    deepest = (TOOLS_DEPTH - 4) // 2  # the array, the tool, its function and the top schema
+    s = client.create_session(tools=tools(deepest))
+    args = '{"a": ' * deepest + '"x"' + "}" * deepest
+    out = s.append([{"role": "user", "content": "go"}, call("d1", "deep", args), result("d1", "ok")])
+    assert out["messages"][1]["tool_calls"][0]["problems"] == []
+    assert s.prompt().tokens > 0
+    for levels in (deepest + 1, 99, 400):
+        with pytest.raises(ClientError) as e:
+            client.create_session(tools=tools(levels))
+        assert (e.value.code, e.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "TOOLS_TOO_DEEP")
+
+
+def test_arguments_nested_too_deep_are_a_verdict_not_an_internal_error(client):
+    """Arguments nested ~990 levels parsed, and the encoder then overflowed: INTERNAL."""
+    from budgeter.core.jsonargs import ARGUMENT_DEPTH
+
+    s = client.create_session(tools=TOOLS)
+    for k, levels in enumerate((ARGUMENT_DEPTH + 1, 985, 995)):
+        args = '{"path": "a.py", "content": ' + '{"a": ' * (levels - 1) + "1" + "}" * levels
+        out = s.append([{"role": "user", "content": "write"}, call(f"n{k}", "write_file", args),
+                        result(f"n{k}", "written")])
+        verdict = out["messages"][1]["tool_calls"][0]
+        assert verdict["status"] == "INVALID" and "nested" in verdict["detail"], verdict
+    assert s.prompt().tokens > 0
