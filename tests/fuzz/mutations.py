@@ -31,6 +31,7 @@ SURROGATES = ["\ud800", "a\udfffb", "\udbff\udc00\ud800"]
 HOSTILE_ARGS = ['{"path": 1e999}', '{"path": "a.py", "n": -0}', '{"n": 18446744073709551616}',
                 '{"n": -1e-400}', '{"n": NaN}', '{"n": Infinity}', '{"a": ' * DEEP + "1" + "}" * DEEP,
                 '{"a": ' + "[" * DEEP + "]" * DEEP + "}", '{"a": ' * 100 + "1" + "}" * 100,
+                *('{"a": ' * n + "1" + "}" * n for n in (129, 950, 990)),  # (parsed, then past the encoder)
                 '{"path": "\\ud800"}', '{"path": "a\\u0000b"}', '{"path": "a.py", "path": "b.py"}',
                 "[1, 2]", '"a string"', "", "null", '{"path": "a.py"', '{"path": "a.py"} trailing',
                 '```json\n{"path": "a.py"}\n```', '{"path": "' + "é" * 5000 + '"}', "{" * DEEP,
@@ -48,7 +49,15 @@ TOOLS: list[dict[str, Any]] = [
         "type": "object", "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}}}},
 ]
 NAMES = ["read_file", "write_file", "run", "unknown_tool", ""]
+def _nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
 ODD_SCHEMAS: list[Any] = [
+    _nested(30), _nested(99), _nested(300),  # (within the limit, past the JSON Schema check, far past)
     {"$ref": "#/definitions/nope"},
     {"type": "object", "properties": {"n": {"$ref": "#"}}},
     {"type": ["object", "null"], "properties": {"path": {"type": ["string", "integer"]}}},
