@@ -154,3 +154,18 @@ def test_arguments_nested_past_the_limit_are_invalid_and_say_so():
         assert verdict.status is ArgStatus.INVALID and "nested" in verdict.detail, (levels, verdict)
     assert nesting({"a": [1, {"b": []}], "c": "x"}, 10) == 4
     assert nesting("x", 10) == 0 and nesting([[[[]]]], 2) == 3  # counted no further than the limit + 1
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=30)
+
+
+@given(_JSON, st.integers(0, 6))
+def test_nesting_counts_levels_as_a_recursive_walk_does_up_to_the_limit(value, limit):
+    def levels(v):
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        return 0 if children is None else 1 + max(map(levels, children), default=0)
+
+    assert nesting(value, limit) == min(levels(value), limit + 1)
