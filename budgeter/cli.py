@@ -13,9 +13,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from budgeter.core.jsonargs import dumps_text
-from budgeter.core.messages import Message, Repair, from_openai_list, repaired_note
+from budgeter.core.messages import Message, Repair, check_tools, from_openai_list, repaired_note
 from budgeter.core.policy import LOW_WATER
-from budgeter.errors import BudgeterError, InvalidInput, MissingExtra
+from budgeter.errors import BudgeterError, MissingExtra
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact, failure-aware context-window management for LLM agents.")
@@ -128,10 +128,7 @@ def one_shot() -> None:
 
 def request_of(body: dict[str, Any], repairs: list[Repair]) -> tuple[list[Message], list[Any]]:
     """The messages and the tools of a request body; ``repairs`` gets what parsing repaired."""
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise InvalidInput("tools must be a list", field="tools")
-    return from_openai_list(body["messages"], repairs=repairs), tools
+    return from_openai_list(body["messages"], repairs=repairs), check_tools(body.get("tools") or [], field="tools")
 
 
 def warn_adapted(counter: Any, wire: Any) -> None:

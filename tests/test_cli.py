@@ -73,6 +73,13 @@ def test_errors_say_what_was_given_and_what_to_do():
     assert out.returncode == 1 and "trailing comma" in detail and "character 29" in detail
     out = run("validate", "-", stdin='{"call": {"name": "x"}}')
     assert out.returncode == 2 and "keys ['call']" in out.stderr and '"function"' in out.stderr
+    schema: dict = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"a": schema}}
+    deep = {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {
+        "name": "d", "parameters": schema}}]}
+    out = run("trim", "-", stdin=json.dumps(deep))  # as the proxy's fit and CreateSession refuse them
+    assert out.returncode == 2 and out.stderr.startswith("budgeter: TOOLS_TOO_DEEP: tools nest more than 64")
 
 
 def test_no_pytorch_advice_and_a_version():

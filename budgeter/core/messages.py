@@ -25,8 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgeter.core.jsonargs import dumps, dumps_compact, loads
-from budgeter.errors import InvalidMessage
+from budgeter.core.jsonargs import dumps, dumps_compact, loads, nesting
+from budgeter.core.memo import IdentityMemo
+from budgeter.errors import InvalidInput, InvalidMessage
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 INSTRUCTIONS = ("system", "developer")
@@ -328,3 +329,22 @@ def to_template(m: Message, *, developer: str = "system") -> dict[str, Any]:
         with contextlib.suppress(ValueError, RecursionError):  # unparseable: rendered as given
             fn["arguments"] = loads(fn["arguments"])
     return out
+
+
+TOOLS_DEPTH = 64
+"""How deep the tools may nest (their array is the first level): far deeper than any tool's schema,
+and shallow enough for the JSON Schema check of a call (about 120 levels) and the JSON encoder."""
+
+_tools_depth = IdentityMemo(limit=256)
+"""Each tools list's depth: the proxy reads the same list again on every turn of a conversation."""
+
+
+def check_tools(tools: Any, *, field: str = "tools_json") -> list[dict[str, Any]]:
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
+        raise InvalidInput("tools must be a JSON array of objects", field=field)
+    depth = _tools_depth.one(tools, nesting, tools, TOOLS_DEPTH)
+    if depth > TOOLS_DEPTH:
+        raise InvalidInput(f"tools nest more than {TOOLS_DEPTH} levels of objects and arrays deep (the limit: "
+                           "no call could be checked against a schema that deep)",
+                           field=field, reason="TOOLS_TOO_DEEP", metadata={"limit": TOOLS_DEPTH})
+    return list(tools)

@@ -16,13 +16,13 @@ from typing import Any
 
 from budgeter.core.counting import Adaptation
 from budgeter.core.engine import BuildResult
-from budgeter.core.messages import Message, Repair, from_openai_list
+from budgeter.core.messages import Message, Repair, check_tools, from_openai_list
 from budgeter.core.typing import JSONDict
 from budgeter.errors import AlreadyExists, EtagMismatch, InvalidInput, SessionNotFound
 from budgeter.proxy import reconcile as rc
 from budgeter.proxy.memo import Bounded
 from budgeter.sessions.model import make_etag
-from budgeter.sessions.sessions import Line, Sessions, check_tools
+from budgeter.sessions.sessions import Line, Sessions
 
 log = logging.getLogger("budgeter.proxy")
 

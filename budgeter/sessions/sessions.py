@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.counting import Adaptation, adaptations, sent
 from budgeter.core.engine import BuildResult, trim
-from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads, nesting
-from budgeter.core.memo import CharMemo, IdentityMemo
-from budgeter.core.messages import Message, stored_json, to_openai
+from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
+from budgeter.core.memo import CharMemo
+from budgeter.core.messages import Message, check_tools, stored_json, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
 from budgeter.errors import (
@@ -377,7 +377,6 @@ class Sessions:
         return self.replica.sync(session_id_of(name))
 
 
-
 def from_settings(settings: Settings, store: SessionStore) -> Sessions:
     """The session layer of ``budgeter serve`` and ``budgeter proxy`` over ``store``, with the default
     and preloaded profiles loaded now, so that the first request is not the slow one."""
@@ -400,25 +399,6 @@ def _at(live: Live, etag: str) -> bool:
                 and live.digest.startswith(etag_digest(etag)))
     except (InvalidInput, EtagMismatch):  # malformed, or another incarnation: the reading path says so
         return False
-
-
-TOOLS_DEPTH = 64
-"""How deep the tools may nest (their array is the first level): far deeper than any tool's schema,
-and shallow enough for the JSON Schema check of a call (about 120 levels) and the JSON encoder."""
-
-_tools_depth = IdentityMemo(limit=256)
-"""Each tools list's depth: the proxy reads the same list again on every turn of a conversation."""
-
-
-def check_tools(tools: Any, *, field: str = "tools_json") -> list[JSONDict]:
-    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
-        raise InvalidInput("tools must be a JSON array of objects", field=field)
-    depth = _tools_depth.one(tools, nesting, tools, TOOLS_DEPTH)
-    if depth > TOOLS_DEPTH:
-        raise InvalidInput(f"tools nest more than {TOOLS_DEPTH} levels of objects and arrays deep (the limit: "
-                           "no call could be checked against a schema that deep)",
-                           field=field, reason="TOOLS_TOO_DEEP", metadata={"limit": TOOLS_DEPTH})
-    return list(tools)
 
 
 def fingerprint(texts: Sequence[bytes]) -> str:

@@ -231,7 +231,7 @@ def _nested_schema(levels: int) -> dict:
 def test_tools_nested_past_the_limit_are_refused_and_those_within_it_check_calls(client):
     """A schema 99 objects deep made every call of its tool INTERNAL (the JSON Schema check
     overflowed the stack), and tools ~500 deep failed to be stored."""
-    from budgeter.sessions.sessions import TOOLS_DEPTH
+    from budgeter.core.messages import TOOLS_DEPTH
 
     def tools(levels):
         return [{"type": "function", "function": {"name": "deep", "parameters": _nested_schema(levels)}}]
