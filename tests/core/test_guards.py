@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from budgeter.core.facts import History
 from budgeter.core.guards import rescue_path, validate_tool_call
 from budgeter.core.jsonargs import ArgStatus
@@ -95,11 +97,13 @@ def test_each_schema_object_is_checked_by_its_own_content():
         del tools, verdict
 
 
-def test_a_schema_too_deep_to_check_is_named_not_raised_and_is_no_evidence():
-    """Tools reach the core without the sessions' depth limit (``trim``, a library caller); the
-    JSON Schema check overflowed the stack at about 99 nested objects."""
-    schema: dict = {"type": "string"}
-    for _ in range(300):
+@pytest.mark.parametrize("levels,bottom", [(300, {"type": "string", "pattern": "a+"}), (600, {"type": "string"})])
+def test_a_schema_too_deep_to_check_is_named_not_raised_and_is_no_evidence(levels, bottom):
+    """Tools reach the core without the sessions' depth limit (``trim``, a library caller): the
+    meta-schema's check overflowed the stack at about 99 nested objects, and writing the schema
+    out at about 500."""
+    schema: dict = bottom
+    for _ in range(levels):
         schema = {"type": "object", "properties": {"a": schema}}
     tools = [{"type": "function", "function": {"name": "deep", "parameters": schema}}]
     verdict = validate_tool_call(ToolCall("1", "deep", '{"a": {"a": "x"}}'), tools)
