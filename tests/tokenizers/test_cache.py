@@ -270,6 +270,49 @@ def test_gguf_metadata_digest_covers_the_metadata_only(tmp_path):
     assert gguf_file.metadata_digest(path) is None
 
 
+def _tiny_gguf(tmp_path: Path) -> Path:
+    from tests import llamacpp
+
+    model = resources.files("mistral_common") / "data" / "tokenizer.model.v1"
+    if not model.is_file():
+        pytest.skip("mistral-common's SentencePiece models are absent (the mistral extra)")
+    return llamacpp.write_tiny_gguf(llamacpp.vocab_from_sentencepiece(str(model)), tmp_path / "v1.gguf")
+
+
+def _digests_read(monkeypatch) -> list[Path]:
+    read: list[Path] = []
+    real = gguf_file.metadata_digest
+    monkeypatch.setattr(gguf_file, "metadata_digest", lambda path: read.append(path) or real(path))
+    return read
+
+
+def test_a_gguf_left_alone_is_not_read_again_and_one_written_in_place_is(root, tmp_path, monkeypatch):
+    """Its metadata's digest is kept by the file's path, inode, size and times: the second load
+    reads only the cached tokenizer; a token's text changed in place (the same size) is loaded."""
+    monkeypatch.setattr(gguf_file, "SETTLED_NS", 0)
+    path = _tiny_gguf(tmp_path)
+    first = gguf_file.load_gguf(path)[0]
+    read = _digests_read(monkeypatch)
+    assert gguf_file.load_gguf(path)[0].to_str() == first.to_str() and read == []
+    data = path.read_bytes()
+    at = data.index("▁the".encode()) + 3
+    path.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1:])  # "▁uhe"
+    changed = gguf_file.load_gguf(path)[0]
+    assert read == [path] and "▁uhe" in changed.get_vocab() and "▁uhe" not in first.get_vocab()
+    assert len(entries(root, "gguf-digest")) == 1  # (the file's earlier state's entry is replaced)
+
+
+def test_a_gguf_written_a_moment_ago_has_its_digest_read_at_every_load(root, tmp_path, monkeypatch):
+    """Within ``SETTLED_NS`` of its times, a clock too coarse to tell two writes apart would keep a
+    stale digest: none is kept."""
+    monkeypatch.setattr(gguf_file, "SETTLED_NS", 3600 * 10**9)
+    path = _tiny_gguf(tmp_path)
+    read = _digests_read(monkeypatch)
+    gguf_file.load_gguf(path)
+    gguf_file.load_gguf(path)
+    assert read == [path, path] and entries(root, "gguf-digest") == []
+
+
 # -- the fastokens twin of a one-shot command --------------------------------------------------------
 
 def _qwen3():
