@@ -8,9 +8,11 @@ import random
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from budgeter.tokenizers.backends import HFTokenizer
+from budgeter.tokenizers.backends import HFTokenizer, _alternation
 from tests.bench.sessions import make_session
 
 
@@ -232,3 +234,13 @@ def test_fastokens_twin_renewed_counts_as_before():
     assert tok.count_batch(texts) == expected
     with counter._renewing:  # the last one has ended
         pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.text("ab<>1\\-]^", min_size=1, max_size=5), min_size=1, max_size=40),
+       st.text("ab<>1\\-]^x", max_size=80))
+def test_the_special_trie_with_shared_branches_splits_as_the_flat_alternation(tokens, text):
+    """Children whose subtries read the same share one branch, their first characters a class
+    (with the characters a class must escape among them)."""
+    flat = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+    assert re.split(f"({_alternation(tokens)})", text) == re.split(f"({flat})", text)
