@@ -313,6 +313,22 @@ def test_a_gguf_written_a_moment_ago_has_its_digest_read_at_every_load(root, tmp
     assert read == [path, path] and entries(root, "gguf-digest") == []
 
 
+def test_a_large_added_vocabulary_has_its_pattern_kept(root, monkeypatch):
+    """Built once for a set of added tokens and read back after; another set is another entry."""
+    from budgeter.tokenizers import backends
+
+    real = backends._alternation
+    tokens = [f"<unused{i}>" for i in range(300)] + ["<start_of_turn>", "<end_of_turn>"]
+    built = []
+    monkeypatch.setattr(backends, "_alternation", lambda ts: built.append(1) or real(ts))
+    first = backends._kept_alternation(tokens)
+    assert backends._kept_alternation(list(reversed(tokens))) == first and built == [1]
+    assert first == real(tokens) and len(entries(root, "specials")) == 1
+    assert backends._kept_alternation(tokens[:-1]) != first and built == [1, 1]
+    assert backends._kept_alternation(tokens[:3]) == real(tokens[:3])  # (too few to keep)
+    assert len(entries(root, "specials")) == 2
+
+
 # -- the fastokens twin of a one-shot command --------------------------------------------------------
 
 def _qwen3():
