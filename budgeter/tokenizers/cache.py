@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -103,6 +104,27 @@ def fetch(kind: str, source: str, parts: Iterable[str | bytes], build: Callable[
                 with contextlib.suppress(OSError):
                     other.unlink()
     return value
+
+
+SETTLED_NS = 2_000_000_000
+"""How old a file's times must be before a value is kept by them (``by_file_state``), as git treats
+an index entry written in the same second as its file: a coarse clock could keep both times across
+a rewrite."""
+
+
+def by_file_state(kind: str, path: str | Path, compute: Callable[[], T]) -> T:
+    """``compute()``, a value derived from the file at ``path``, kept for its real path by its
+    device, inode, size and modification and change times (a change time no tool sets back: a file
+    written since is computed again), once those times are ``SETTLED_NS`` old; computed each time
+    without a cache, or for a file that cannot be stat'ed (``compute`` says what it makes of it)."""
+    try:
+        real, st = os.path.realpath(path), os.stat(path)
+    except OSError:
+        return compute()
+    if _root is None or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < SETTLED_NS:
+        return compute()
+    state = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return fetch(kind, text_digest(real), [state], compute)
 
 
 def read(path: Path, key: str) -> tuple[Any] | None:

@@ -56,37 +56,15 @@ def load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
     code; the stored tokenizer was checked, when built, to serialize exactly as the one built."""
     from budgeter.tokenizers import cache
 
-    if cache.location() is None or (digest := _known_digest(path)) is None:
+    # (the digest is kept by the file's state: reading and hashing the metadata section of a
+    # 262K-token vocabulary took 5% of a later load, ``bench_flat``, ready)
+    digest = (cache.by_file_state("gguf-digest", path, lambda: metadata_digest(path))
+              if cache.location() is not None else None)
+    if digest is None:
         return _load_gguf(path)
     packed = cache.fetch("gguf", digest, [*_versions(), cache.source_digest(__file__)],
                          lambda: _pack(*_load_gguf(path)))
     return _unpack(packed)
-
-
-def _known_digest(path: Path) -> str | None:
-    """``metadata_digest``, kept in the cache for the file's path by its device, inode, size and
-    modification and change times (a change time no tool sets back: a file written since is read
-    again), once those times are ``SETTLED_NS`` old (a file written again within a coarse clock's
-    tick would keep both). Reading and hashing the metadata section of a 262K-token vocabulary took
-    5% of a later load (``bench_flat``, ready)."""
-    import os
-    import time
-
-    from budgeter.tokenizers import cache
-
-    try:
-        real, st = os.path.realpath(path), os.stat(path)
-    except OSError:
-        return None
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < SETTLED_NS:
-        return metadata_digest(path)
-    state = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    return cache.fetch("gguf-digest", cache.text_digest(real), [state], lambda: metadata_digest(path))
-
-
-SETTLED_NS = 2_000_000_000
-"""How old a file's times must be before its digest is kept by them (as git treats an index entry
-written in the same second as its file)."""
 
 
 def _load_gguf(path: Path) -> tuple[Any, str | None, dict[str, str]]:
@@ -193,13 +171,12 @@ def _versions() -> list[str]:
 
     found = []
     for name in ("gguf", "transformers", "tokenizers"):
-        spec = importlib.util.find_spec(name)
+        origin = getattr(importlib.util.find_spec(name), "origin", None)
         try:
-            st = os.stat(spec.origin) if spec is not None and spec.origin else None
+            st = os.stat(origin) if origin else None
         except OSError:
             st = None
-        found.append(f"{name} {spec.origin}:{st.st_size}:{st.st_mtime_ns}" if st is not None and spec is not None
-                     else f"{name} absent")
+        found.append(f"{name} {origin}:{st.st_size}:{st.st_mtime_ns}" if st else f"{name} absent")
     return found
 
 

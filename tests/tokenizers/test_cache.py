@@ -289,7 +289,7 @@ def _digests_read(monkeypatch) -> list[Path]:
 def test_a_gguf_left_alone_is_not_read_again_and_one_written_in_place_is(root, tmp_path, monkeypatch):
     """Its metadata's digest is kept by the file's path, inode, size and times: the second load
     reads only the cached tokenizer; a token's text changed in place (the same size) is loaded."""
-    monkeypatch.setattr(gguf_file, "SETTLED_NS", 0)
+    monkeypatch.setattr(cache, "SETTLED_NS", 0)
     path = _tiny_gguf(tmp_path)
     first = gguf_file.load_gguf(path)[0]
     read = _digests_read(monkeypatch)
@@ -303,9 +303,9 @@ def test_a_gguf_left_alone_is_not_read_again_and_one_written_in_place_is(root, t
 
 
 def test_a_gguf_written_a_moment_ago_has_its_digest_read_at_every_load(root, tmp_path, monkeypatch):
-    """Within ``SETTLED_NS`` of its times, a clock too coarse to tell two writes apart would keep a
-    stale digest: none is kept."""
-    monkeypatch.setattr(gguf_file, "SETTLED_NS", 3600 * 10**9)
+    """Within ``cache.SETTLED_NS`` of its times, a clock too coarse to tell two writes apart would
+    keep a stale digest: none is kept."""
+    monkeypatch.setattr(cache, "SETTLED_NS", 3600 * 10**9)
     path = _tiny_gguf(tmp_path)
     read = _digests_read(monkeypatch)
     gguf_file.load_gguf(path)
