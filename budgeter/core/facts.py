@@ -421,13 +421,11 @@ class History:
         given = _given(value)
         if not given:
             return
-        texts = [(len(v), k, v) for k, v in given.items() if isinstance(v, str)]
-        if texts:
-            _, arg, text = max(texts, key=lambda t: t[0])  # (the first of the longest: the most telling)
-            where: tuple[str, ...] = (name, arg, text)
+        # the first of the longest string arguments: the most telling
+        arg = max((k for k, v in given.items() if isinstance(v, str)), key=lambda k: len(given[k]), default=None)
+        where: tuple[str, ...] = (name,) if arg is None else (name, arg, given[arg])
+        if arg is not None:
             self._filed_by.setdefault(name, set()).add(arg)
-        else:
-            where = (name,)
         self._unresolved.setdefault(where, {})[ref] = (len(self.failed_by), given)
 
     def _resolve(self, ref: CallRef, ok: CallFacts) -> None:
@@ -452,7 +450,7 @@ class History:
 
 
 def _given(value: JSONDict) -> JSONDict:
-    """The arguments given a value (not empty)."""
+    """The arguments given a non-empty value."""
     return {k: v for k, v in value.items() if v not in ("", None, [], {})}
 
 
