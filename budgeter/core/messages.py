@@ -340,6 +340,8 @@ _tools_depth = IdentityMemo(limit=256)
 
 
 def check_tools(tools: Any, *, field: str = "tools_json") -> list[dict[str, Any]]:
+    """``tools`` as a list, where it is an array of objects nesting at most ``TOOLS_DEPTH`` levels;
+    every front door's check (``field``: what the caller sent them as)."""
     if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
         raise InvalidInput("tools must be a JSON array of objects", field=field)
     depth = _tools_depth.one(tools, nesting, tools, TOOLS_DEPTH)

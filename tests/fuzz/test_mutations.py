@@ -38,6 +38,7 @@ from google.protobuf.duration_pb2 import Duration
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budgeter.core.jsonargs import nesting
 from budgeter.core.messages import TOOLS_DEPTH
 from budgeter.v1 import budgeter_pb2 as pb
 from budgeter.v1 import budgeter_pb2_grpc as pb_grpc
@@ -335,13 +336,6 @@ def bodies(draw, messages: list[Any], tools: list[Any]) -> dict[str, Any]:
     return body
 
 
-def depth(value: Any) -> int:
-    """How many levels of objects and arrays ``value`` nests (counted here, not by budgeter's walk)."""
-    if isinstance(value, dict | list):
-        return 1 + max(map(depth, value.values() if isinstance(value, dict) else value), default=0)
-    return 0
-
-
 def post(base: str, body: Any, session: str | None, *, raw: bytes | None = None, failing: bool = False
          ) -> tuple[httpx.Response, str]:
     headers = {"content-type": "application/json"}
@@ -421,7 +415,7 @@ def test_proxy_mutated_turns_leave_a_session_that_answers(proxy, data):
     if response.status_code != 200:
         code = response.json()["error"]["code"]
         if code == "TOOLS_TOO_DEEP":  # the follow-up's own tools, which the turns before may not have
-            assert depth(tools) > TOOLS_DEPTH, response.text  # sent (a mutated body's ``{}``)
+            assert nesting(tools, TOOLS_DEPTH) > TOOLS_DEPTH, response.text  # sent (a mutated body's ``{}``)
             return
         assert code == "PINNED_OVER_BUDGET", response.text
         rescue = {"messages": follow, "budgeter": {"window": 2**30}}
