@@ -48,7 +48,7 @@ class Server:
     metrics: Metrics
     health: health.HealthServicer
     metrics_port: int = 0
-    pool: futures.ThreadPoolExecutor | None = None
+    pool: futures.Executor | None = None
     """The RPC workers (``start_workers``): ``workers`` threads at most."""
     workers: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)

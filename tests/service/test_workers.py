@@ -4,14 +4,19 @@ and end with their server."""
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 import threading
 import time
+from concurrent import futures
 
 import httpx
 import pytest
 
 from budgeter.client import Client
 from budgeter.service.server import create_server
+from budgeter.sessions.workers import HotPool, start_all
 from budgeter.store import MemoryStore
 from budgeter.tokenizers import twin
 from tests.service.conftest import settings
@@ -117,3 +122,119 @@ def test_the_proxy_does_its_blocking_work_on_threads_set_up_before_it_serves(tmp
     finally:
         proxy.stop()
     assert _ended(mine)
+
+
+# -- the pool itself (``HotPool``) ------------------------------------------------------------
+
+
+def _hold_every_worker(pool, workers: int) -> threading.Event:
+    """Occupies all ``workers`` of ``pool`` (they run at once: each waits for all the others at a
+    gate) until the returned event is set."""
+    gate, release = threading.Barrier(workers + 1), threading.Event()
+
+    def hold() -> None:
+        gate.wait(30)
+        release.wait(60)
+
+    for _ in range(workers):
+        pool.submit(hold)
+    gate.wait(30)  # BrokenBarrierError unless all of them run at the same time
+    return release
+
+
+def test_calls_one_after_another_run_on_the_worker_that_went_idle_last():
+    """An agent's turns come one after another: each runs on the thread that ran the last one,
+    whose caches are warm (``ThreadPoolExecutor`` hands them round its threads in turn)."""
+    pool = HotPool(4, "hot-test")
+    try:
+        start_all(pool, 4)
+        threads = {pool.submit(threading.get_ident).result(timeout=30) for _ in range(40)}
+        assert len(threads) == 1
+        release = _hold_every_worker(pool, 4)  # a burst still gets every worker
+        release.set()
+    finally:
+        pool.shutdown()
+
+
+def test_when_every_worker_is_busy_jobs_wait_and_run_in_order():
+    pool = HotPool(1, "hot-test")
+    try:
+        release = _hold_every_worker(pool, 1)
+        order: list[int] = []
+        waiting = [pool.submit(order.append, i) for i in range(6)]
+        assert not any(f.done() for f in waiting)
+        assert waiting[2].cancel()  # a job that has not started can be called off
+        release.set()
+        futures.wait(waiting, timeout=60)
+        assert order == [0, 1, 3, 4, 5]
+    finally:
+        pool.shutdown()
+
+
+def test_a_job_s_exception_reaches_its_future_and_the_worker_serves_on():
+    pool = HotPool(2, "hot-test")
+    try:
+        with pytest.raises(ZeroDivisionError):
+            pool.submit(lambda: 1 / 0).result(timeout=30)
+        assert pool.submit(sum, [1, 2]).result(timeout=30) == 3
+        assert list(pool.map(str.upper, ["a", "b"])) == ["A", "B"]
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_ends_the_workers_runs_or_cancels_what_waits_and_refuses_new_jobs():
+    pool = HotPool(1, "hot-test")
+    release = _hold_every_worker(pool, 1)
+    kept = pool.submit(int, "7")
+    threads = [t for t in threading.enumerate() if t.name.startswith("hot-test_")]
+    pool.shutdown(wait=False)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(int, "1")
+    release.set()
+    assert kept.result(timeout=60) == 7  # waiting when the pool ended: still run
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+
+    pool = HotPool(1, "hot-test")
+    release = _hold_every_worker(pool, 1)
+    dropped = pool.submit(int, "7")
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert dropped.cancelled()
+    release.set()
+    pool.shutdown(wait=True)
+
+
+def test_each_worker_is_set_up_once_as_it_starts():
+    seen: list[int] = []
+    pool = HotPool(3, "hot-test", initializer=lambda: seen.append(threading.get_ident()))
+    try:
+        start_all(pool, 3)
+        for _ in range(10):
+            pool.submit(int).result(timeout=30)
+        assert len(seen) == len(set(seen)) == 3
+    finally:
+        pool.shutdown()
+
+
+def test_a_pool_nobody_holds_ends_its_idle_workers():
+    pool = HotPool(2, "hot-gone")
+    start_all(pool, 2)
+    threads = [t for t in threading.enumerate() if t.name.startswith("hot-gone_")]
+    assert len(threads) == 2
+    del pool
+    gc.collect()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_a_process_whose_pool_idles_exits_when_its_main_thread_ends():
+    """The workers are not daemon threads; the interpreter ends them at exit instead of waiting
+    for them forever."""
+    code = ("from budgeter.sessions.workers import counting_pool, start_all\n"
+            "pool = counting_pool(3, 'idle')\n"
+            "start_all(pool, 3)\n"
+            "print(pool.submit(sum, [2, 3]).result())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout) == (0, "5\n"), done.stderr
