@@ -213,9 +213,9 @@ def run_profiles(names: list[str], bodies: list[dict[str, Any]], window: int, *,
         settings = Settings(port=0, metrics_port=0, store="memory://", host="127.0.0.1", tokenizers=specs,
                             default_tokenizer=next(iter(specs)))
         server = create_server(settings)
-        client_side()
         settle(server.sessions.tokenizers, list(specs))  # as `budgeter serve` does with --preload
-        server.start_workers()
+        server.start_workers()  # (its threads start here: on the server's core)
+        client_side()
         client_ms: dict[str, list[float]] = {n: [] for n in specs}
         kept: dict[str, list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]]] = {n: [] for n in specs}
         wrong = dict.fromkeys(specs, 0)
