@@ -164,3 +164,91 @@ def test_a_profile_whose_renderer_was_turned_off_says_so(tmp_path: Any) -> None:
     fmt.native = lambda *args: "not what the template says"
     counter.count_prompt([from_openai({"role": "user", "content": "hi"}, index=0)], [])
     assert any("renders: the template itself" in n and "differed" in n for n in counter.notes)
+
+
+# -- Gemma 3 (``native.gemma3``) ----------------------------------------------------------------
+
+GEMMA = builtin_template("gemma3", variables={"bos_token": "<bos>"})
+GEMMA_TEMPLATE = GEMMA._template
+
+
+def gemma_jinja(messages: list[Any], generation: bool, variables: dict[str, Any]) -> str | None:
+    try:
+        return GEMMA_TEMPLATE.render(messages=messages, tools=None, add_generation_prompt=generation, **variables)
+    except Exception:
+        return None
+
+
+@st.composite
+def gemma_chats(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Mostly conversations that alternate (the template raises on the rest), of every content type
+    and role it may meet."""
+    out: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        out.append({"role": "system", "content": draw(st.one_of(texts, st.none(), st.just([{"type": "text",
+                                                                                              "text": " s "}])))})
+    for i in range(draw(st.integers(0, 6))):
+        role = draw(st.sampled_from(["user" if i % 2 == 0 else "assistant"] * 6 + ["model", "tool", "system", "user"]))
+        m: dict[str, Any] = {"role": role}
+        if draw(st.integers(0, 9)):
+            m["content"] = draw(st.one_of(texts, texts, texts, st.none(), st.integers(0, 3),
+                                          st.just([{"type": "text", "text": " part "}, {"type": "image"}])))
+        if role == "assistant" and draw(st.booleans()):
+            m["tool_calls"] = draw(st.lists(calls(), max_size=2))
+        out.append(m)
+    return out
+
+
+gemma_variables = st.one_of(*[st.just({"bos_token": "<bos>"})] * 4, st.fixed_dictionaries(
+    {}, optional={"bos_token": st.one_of(texts, st.none())}))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gemma_chats(), tools, st.booleans(), gemma_variables)
+def test_gemma3_equals_the_template_or_leaves_it_to_the_template(chat: list[Any], schemas: Any, generation: bool,
+                                                                 extra: dict[str, Any]) -> None:
+    got = native.gemma3(chat, schemas, generation, extra, tojson)
+    if got is not None:
+        assert got == gemma_jinja(chat, generation, extra)
+
+
+def test_gemma3_renders_the_plain_conversations_itself() -> None:
+    chat = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": " read a.py\n"},
+            {"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>", "tool_calls": [{"name": "read"}]},
+            {"role": "user", "content": "<tool_response>\nprint(1)\n</tool_response>"},
+            {"role": "assistant"}]
+    for generation in (True, False):
+        for chosen in (chat, chat[1:], chat[:1]):
+            got = native.gemma3(chosen, None, generation, {"bos_token": "<bos>"}, tojson)
+            assert got is not None and got == gemma_jinja(chosen, generation, {"bos_token": "<bos>"})
+
+
+def test_gemma3_held_out_sessions_rewritten_for_its_template_whole_and_in_windows() -> None:
+    """The conversations a Gemma 3 profile renders: held-out agent sessions after the rewrite its
+    template needs (tools and calls as text, results as user turns, runs merged)."""
+    from budgeter.core.fallback import adapter, probe
+
+    adapt = adapter(probe(GEMMA))
+    assert adapt is not None
+    rendered = 0
+    for seed in (200, 201, 202):
+        body = session(seed, 60_000)
+        dicts = [to_template(from_openai(m, index=i)) for i, m in enumerate(body["messages"])]
+        for end in range(2, len(dicts) + 1, 3):
+            for part in (dicts[:end], [dicts[0], *dicts[max(1, end - 6):end]]):
+                adapted, rest = adapt(part, body["tools"])
+                got = native.gemma3(adapted, rest or None, True, {"bos_token": "<bos>"}, tojson)
+                want = gemma_jinja(adapted, True, {"bos_token": "<bos>"})
+                if want is not None:
+                    assert got == want
+                    rendered += 1
+                else:
+                    assert got is None
+    assert rendered > 50
+
+
+def test_gemma3_only_the_published_source_gets_its_renderer() -> None:
+    assert GEMMA.native is native.gemma3
+    source = template_text("gemma3")
+    assert native.for_template(source.replace("<start_of_turn>", "<start_of_turn> ")) is None
+    assert JinjaFormat(source + "\n", name="edited").native is None

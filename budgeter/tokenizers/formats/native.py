@@ -193,9 +193,52 @@ def qwen36(messages: Sequence[Any], tools: Any, add_generation_prompt: bool, var
     return "".join(out)
 
 
+def gemma3(messages: Sequence[Any], tools: Any, add_generation_prompt: bool, variables: Mapping[str, Any],
+           tojson: Tojson) -> str | None:
+    """Gemma 3's published template (``templates/gemma3.jinja``), or None where it does not know
+    the conversation's shape or the template would raise. The template reads neither tools nor tool
+    calls (a profile's conversation is rewritten for it before it renders, ``core/fallback.py``)."""
+    if not messages or not _TEMPLATE_VARIABLES.isdisjoint(variables):
+        return None
+    bos = variables.get("bos_token")
+    if type(bos) is not str:
+        return None  # (absent, the template writes nothing; anything else, its text)
+    first = messages[0]
+    if type(first) is not dict:
+        return None
+    prefix = ""
+    turns = messages
+    if first.get("role") == "system":
+        system = first.get("content")
+        if type(system) is not str:
+            return None  # content parts (the first part's text), or the template raises
+        prefix = system + "\n\n"
+        turns = messages[1:]
+    out = [bos]
+    for i, m in enumerate(turns):
+        if type(m) is not dict:
+            return None
+        role = m.get("role")
+        if type(role) is not str or (role == "user") != (i % 2 == 0):
+            return None  # "Conversation roles must alternate user/assistant/user/assistant/..."
+        if "content" in m:
+            content = m["content"]
+            if type(content) is not str:
+                return None  # content parts, or "Invalid content type"
+            content = content.strip()  # (``| trim``)
+        else:
+            content = ""  # (an undefined value iterates as nothing)
+        out.append(f"<start_of_turn>{'model' if role == 'assistant' else role}\n{prefix if i == 0 else ''}"
+                   f"{content}<end_of_turn>\n")
+    if add_generation_prompt:
+        out.append("<start_of_turn>model\n")
+    return "".join(out)
+
+
 _KNOWN: dict[str, Native] = {
-    # sha256 of the template's source as published (budgeter/tokenizers/templates/qwen3.6.jinja)
-    "7bae0b09ae5484e04695a56bdb42c0063cffa3f27e85649a8c9b08d34cbb2aa7": qwen36,
+    # sha256 of each template's source as published (budgeter/tokenizers/templates/)
+    "7bae0b09ae5484e04695a56bdb42c0063cffa3f27e85649a8c9b08d34cbb2aa7": qwen36,  # qwen3.6.jinja
+    "7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4": gemma3,  # gemma3.jinja
 }
 
 
