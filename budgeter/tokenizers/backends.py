@@ -128,7 +128,7 @@ class HFTokenizer:
             if made or (later.made and fast is not None):
                 self._later = None
         if fast is not None:
-            return [fast(t) for t in texts]
+            return fast.many(texts)
         encode = self._tok.encode
         return [len(encode(t, add_special_tokens=False).ids) for t in texts]
 

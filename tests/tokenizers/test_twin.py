@@ -192,6 +192,19 @@ def test_renewing_sets_each_tokenizer_up_once_in_each_thread():
     assert [t for _, _, t in seen[before:]] == [*CORPUS, "g h"]
 
 
+def test_renewing_counts_many_texts_as_one_at_a_time():
+    """``many`` counts each text as a call would, the thread set up once, and its characters count
+    toward the renewal as theirs would."""
+    from budgeter.tokenizers.twin import CORPUS, Renewing
+
+    seen: list = []
+    counter = Renewing(lambda: _Recorder(seen), _Recorder(seen), every=10**6)
+    texts = ["a b c", "", "d", "e f"]
+    assert counter.many(texts) == [counter(t) for t in texts] == [3, 0, 1, 2]
+    assert [t for _, _, t in seen] == [*CORPUS, *texts, *texts]
+    assert counter._left == 10**6 - 2 * sum(map(len, texts))
+
+
 def test_renewing_keeps_counting_when_a_fresh_tokenizer_cannot_be_made():
     import time
 
