@@ -248,7 +248,8 @@ class Client:
         the server then sends only the messages that changed, and the new prompt shares the
         unchanged message dicts with it."""
         request = pb.BuildPromptRequest(session=f"sessions/{session_id}", view=pb.PROMPT_VIEW_JSON,
-                                        known_prompt=since.prompt_id if since is not None else "")
+                                        known_prompt=since.prompt_id if since is not None else "",
+                                        accept_body_delta=since is not None)
         typed, notes = _outgoing(append)
         if append:
             request.messages.extend(typed)
@@ -259,8 +260,9 @@ class Client:
         body = loads(r.body_json)
         appended = _noted(append_from_pb(r.appended, _arguments(request.messages)), notes) if append else None
         messages, tools = body["messages"], body.get("tools", [])
-        if r.kept_messages and since is not None:  # the server sent what follows the kept messages
-            messages, tools = since.messages[:r.kept_messages] + messages, since.tools
+        kept = r.kept_messages or r.kept_body_messages  # (the body is the prompt's messages, or their rewrite)
+        if kept and since is not None:  # the server sent what follows the kept messages
+            messages, tools = since.messages[:kept] + messages, since.tools
         return Prompt(messages, tools, r.tokens, r.budget, r.extends_previous, r.prefix_changed_at,
                       _noted(report_from_pb(r.report), notes), appended, r.prompt_id)
 

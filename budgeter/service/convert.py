@@ -173,14 +173,18 @@ def build_to_pb(built: Built, view: int = pb.PROMPT_VIEW_FULL) -> pb.BuildPrompt
     text = view != pb.PROMPT_VIEW_TYPED
     body = ""
     if text:
-        body = sent_json(*built.sent) if built.sent is not None else \
-            body_json(result.messages[kept:], () if kept else info.config.tools)
+        if built.sent is not None:
+            messages, tools = built.sent
+            body = sent_json(messages[built.kept_body:], () if built.kept_body else tools)
+        else:
+            body = body_json(result.messages[kept:], () if kept else info.config.tools)
     return pb.BuildPromptResponse(
         messages=[message_to_pb(m) for m in result.messages[kept:]] if typed else (),
         body_json=body,
         tokens=result.tokens, budget=result.budget, extends_previous=result.extends_previous,
         prefix_changed_at=result.prefix_changed_at, report=report, etag=info.etag,
-        tokenizer=info.config.tokenizer, prompt_id=built.prompt_id, kept_messages=kept)
+        tokenizer=info.config.tokenizer, prompt_id=built.prompt_id, kept_messages=kept,
+        kept_body_messages=built.kept_body)
 
 
 def count_to_pb(r: CountResult) -> pb.CountTokensResponse:

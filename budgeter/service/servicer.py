@@ -155,7 +155,7 @@ class BudgeterServicer(pb_grpc.BudgeterServiceServicer):
         appended = (self._append(request.session, request.messages, request.request_id)
                     if request.messages else None)
         built = self.sessions.build(request.session, overrides=overrides, after=appended,
-                                    known=request.known_prompt)
+                                    known=request.known_prompt, body_delta=request.accept_body_delta)
         self.metrics.built(built.result)
         out = cv.build_to_pb(built, request.view)
         if appended is not None:

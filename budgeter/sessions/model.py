@@ -83,6 +83,9 @@ class Built:
     sent: tuple[list[JSONDict], list[JSONDict]] | None = None
     """The messages and tools as counted where the profile rewrites them for its template
     (``core.counting.sent``); None: ``result.messages`` and the session's tools as they are."""
+    kept_body: int = 0
+    """Where ``sent`` is given: how many of its leading messages the rewritten prompt the caller
+    holds shares with it (0: send it whole)."""
 
 
 @dataclass(frozen=True, slots=True)

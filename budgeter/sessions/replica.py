@@ -28,6 +28,7 @@ from budgeter.core import memo as memos
 from budgeter.core.engine import Engine
 from budgeter.core.facts import Facts
 from budgeter.core.messages import Message, from_openai
+from budgeter.core.typing import JSONDict
 from budgeter.errors import EtagMismatch, SessionNotFound
 from budgeter.sessions.model import SessionInfo, StoredMessage
 from budgeter.sessions.tokenizers import Tokenizers
@@ -76,6 +77,9 @@ class Live:
 
     size: int = 0
     """The bytes this engine state is estimated to hold (``footprint`` of its history)."""
+    sent_last: tuple[int, list[JSONDict], list[JSONDict]] | None = None
+    """The serial, messages and tools of the last build, where it was sent rewritten for the
+    profile's template: the next one is sent as what follows the messages the two share."""
 
     def prompt_id(self, serial: int) -> str:
         return f"{self.token}.{serial}"

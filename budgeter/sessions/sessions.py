@@ -20,7 +20,7 @@ from budgeter.core.chains import LINK, Link, assemble
 from budgeter.core.counting import Adaptation, adaptations, sent
 from budgeter.core.engine import BuildResult, trim
 from budgeter.core.jsonargs import dumps_compact, dumps_text, escape_surrogates, loads
-from budgeter.core.memo import CharMemo
+from budgeter.core.memo import CharMemo, leading_same
 from budgeter.core.messages import Message, check_tools, stored_json, to_openai
 from budgeter.core.policy import policy_from_dict, policy_to_dict
 from budgeter.core.typing import JSONDict
@@ -235,16 +235,21 @@ class Sessions:
     # -- prompts -------------------------------------------------------------------------------
 
     def build(self, name: str, *, overrides: dict[str, Any] | None = None, after: AppendResult | None = None,
-              known: str = "") -> Built:
+              known: str = "", body_delta: bool = False) -> Built:
         """``after``: the append this build follows in the same request (a one-call turn); when it
         was written through, the replica is current and the store is not read again. ``known``:
         the prompt id the caller holds; when it is this engine's previous prompt, ``kept`` says
-        how many of its leading messages the new prompt shares."""
+        how many of its leading messages the new prompt shares, or, for a prompt rewritten for the
+        template, ``kept_body`` how many of the rewritten ones (where the caller takes that:
+        ``body_delta``)."""
         sid = session_id_of(name)
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.tokenizers.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
             wire = sent(live.engine.counter, result.messages, live.engine.tools)
+            before = live.sent_last
+            if not overrides:
+                live.sent_last = (result.serial, *wire) if wire is not None else None
             live.unstored.update((h, escape_surrogates(t)) for h, t in result.payloads.items()
                                  if h not in live.stored_handles)
             live.unstored.update((LINK + h, link.encode()) for h, link in result.links.items()
@@ -259,9 +264,18 @@ class Sessions:
                     live.unstored.pop(h, None)
         if overrides:
             return Built(result, info, sent=wire)
-        # a rewritten conversation is sent whole: its messages do not map one to one onto the prompt's
-        shared = known and wire is None and known == live.prompt_id(result.serial - 1)
-        return Built(result, info, live.prompt_id(result.serial), result.prefix_changed_at if shared else 0, wire)
+        prompt_id = live.prompt_id(result.serial)
+        if not known or known != live.prompt_id(result.serial - 1):
+            return Built(result, info, prompt_id, 0, wire)
+        if wire is None:
+            return Built(result, info, prompt_id, result.prefix_changed_at, None)
+        # a rewritten conversation's messages do not map one to one onto the prompt's: the part sent
+        # again is found among the rewritten ones (the same objects where the rewrite is the same)
+        kept = 0
+        if body_delta and before is not None and before[0] == result.serial - 1 and (
+                before[2] is wire[1] or list(before[2]) == list(wire[1])):
+            kept = leading_same(before[1], wire[0])
+        return Built(result, info, prompt_id, 0, wire, kept)
 
     def _one_off(self, live: Live, overrides: dict[str, Any]) -> BuildResult:
         """A build with per-call policy changes; the session's own plan is left as it was."""

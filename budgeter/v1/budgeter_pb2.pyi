@@ -304,20 +304,22 @@ class PromptOverrides(_message.Message):
     def __init__(self, window: _Optional[int] = ..., reserve: _Optional[int] = ..., low_water: _Optional[float] = ..., protect_tail_turns: _Optional[int] = ...) -> None: ...
 
 class BuildPromptRequest(_message.Message):
-    __slots__ = ("session", "overrides", "view", "messages", "request_id", "known_prompt")
+    __slots__ = ("session", "overrides", "view", "messages", "request_id", "known_prompt", "accept_body_delta")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     KNOWN_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_BODY_DELTA_FIELD_NUMBER: _ClassVar[int]
     session: str
     overrides: PromptOverrides
     view: PromptView
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     request_id: str
     known_prompt: str
-    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ..., view: _Optional[_Union[PromptView, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., request_id: _Optional[str] = ..., known_prompt: _Optional[str] = ...) -> None: ...
+    accept_body_delta: bool
+    def __init__(self, session: _Optional[str] = ..., overrides: _Optional[_Union[PromptOverrides, _Mapping]] = ..., view: _Optional[_Union[PromptView, str]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., request_id: _Optional[str] = ..., known_prompt: _Optional[str] = ..., accept_body_delta: _Optional[bool] = ...) -> None: ...
 
 class CompactionAction(_message.Message):
     __slots__ = ("index", "action", "detail", "handle", "tokens_saved")
@@ -370,7 +372,7 @@ class BuildReport(_message.Message):
     def __init__(self, tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., fits: _Optional[bool] = ..., compacted: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepReport, _Mapping]]] = ..., handles: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ..., cache_break_at: _Optional[int] = ..., cache_break_tokens: _Optional[int] = ..., reread_tokens: _Optional[int] = ...) -> None: ...
 
 class BuildPromptResponse(_message.Message):
-    __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer", "appended", "prompt_id", "kept_messages")
+    __slots__ = ("messages", "body_json", "tokens", "budget", "extends_previous", "prefix_changed_at", "report", "etag", "tokenizer", "appended", "prompt_id", "kept_messages", "kept_body_messages")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     BODY_JSON_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -383,6 +385,7 @@ class BuildPromptResponse(_message.Message):
     APPENDED_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     KEPT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    KEPT_BODY_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     body_json: str
     tokens: int
@@ -395,7 +398,8 @@ class BuildPromptResponse(_message.Message):
     appended: AppendMessagesResponse
     prompt_id: str
     kept_messages: int
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., body_json: _Optional[str] = ..., tokens: _Optional[int] = ..., budget: _Optional[int] = ..., extends_previous: _Optional[bool] = ..., prefix_changed_at: _Optional[int] = ..., report: _Optional[_Union[BuildReport, _Mapping]] = ..., etag: _Optional[str] = ..., tokenizer: _Optional[str] = ..., appended: _Optional[_Union[AppendMessagesResponse, _Mapping]] = ..., prompt_id: _Optional[str] = ..., kept_messages: _Optional[int] = ...) -> None: ...
+    kept_body_messages: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., body_json: _Optional[str] = ..., tokens: _Optional[int] = ..., budget: _Optional[int] = ..., extends_previous: _Optional[bool] = ..., prefix_changed_at: _Optional[int] = ..., report: _Optional[_Union[BuildReport, _Mapping]] = ..., etag: _Optional[str] = ..., tokenizer: _Optional[str] = ..., appended: _Optional[_Union[AppendMessagesResponse, _Mapping]] = ..., prompt_id: _Optional[str] = ..., kept_messages: _Optional[int] = ..., kept_body_messages: _Optional[int] = ...) -> None: ...
 
 class CountTokensRequest(_message.Message):
     __slots__ = ("tokenizer", "messages", "text", "tools_json")

@@ -182,7 +182,8 @@ def turns(stub, name: str, msgs: list[pb.Message], draw) -> None:
             batch = []
         req = pb.BuildPromptRequest(session=name, messages=batch, request_id=rid if batch else "",
                                     view=draw(st.sampled_from([0, 1, 2, 3, 99])),
-                                    known_prompt=draw(st.sampled_from([prompt_id, "", "garbage"])))
+                                    known_prompt=draw(st.sampled_from([prompt_id, "", "garbage"])),
+                                    accept_body_delta=draw(st.booleans()))
         o = overrides(draw)
         if o is not None:
             req.overrides.CopyFrom(o)

@@ -366,3 +366,42 @@ def test_prompt_since_the_previous_one_sends_only_what_changed(client, server):
     stale = session.prompt(since=delta)  # not the previous prompt any more: the whole body
     assert stale.messages == session.prompt().messages and stale.tools == TOOLS
     assert session.prompt(since=prev, reserve=512).prompt_id == ""  # overrides: a one-off prompt
+
+
+@pytest.mark.shared
+def test_a_prompt_rewritten_for_the_template_is_also_sent_as_what_changed(llama3_path):
+    """llama3_1's template renders no tool schemas, so its prompts are sent rewritten (the tools in
+    the system message): a client that holds the previous one and takes a change gets the
+    rewritten messages after the ones the two share; one that does not gets the whole body."""
+    srv = create_server(settings(tokenizers={"llama3": llama3_path}), store=MemoryStore())
+    try:
+        with Client(srv.target, timeout=30) as client:
+            session = client.create_session(tokenizer="llama3", tools=TOOLS, window=3000, reserve=256)
+            stub = pb_grpc.BudgeterServiceStub(client.channel)
+            prev = None
+            compacted = kept = 0
+            for t in turns(12):
+                delta = session.prompt(append=t, since=prev)
+                whole = session.prompt()
+                assert (delta.messages, delta.tools, delta.tokens) == (whole.messages, whole.tools, whole.tokens)
+                assert whole.messages[0]["role"] == "system" and whole.tools == []  # (rewritten: tools as text)
+                if prev is not None and delta.messages[0] is prev.messages[0]:  # the client kept its own
+                    kept += 1
+                compacted += delta.report["compacted"]
+
+                def raw(known: str, accept: bool) -> pb.BuildPromptResponse:
+                    return stub.BuildPrompt(pb.BuildPromptRequest(
+                        session=f"sessions/{session.id}", view=pb.PROMPT_VIEW_JSON, known_prompt=known,
+                        accept_body_delta=accept))
+
+                same = raw(whole.prompt_id, True)  # nothing changed since: no message sent
+                assert (same.kept_messages, same.kept_body_messages) == (0, len(whole.messages))
+                assert json.loads(same.body_json) == {"messages": []}
+                plain = raw(same.prompt_id, False)  # a client that does not take a change: the whole body
+                assert plain.kept_body_messages == 0 and json.loads(plain.body_json)["messages"] == whole.messages
+                prev = session.prompt()
+            assert compacted and kept >= 8
+            stale = session.prompt(since=delta)  # not the previous prompt any more: the whole body
+            assert stale.messages == session.prompt().messages
+    finally:
+        srv.stop(0)
