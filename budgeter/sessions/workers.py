@@ -133,8 +133,12 @@ class HotPool(futures.Executor):
             if len(hub.threads) < self._workers:
                 thread = threading.Thread(target=hub.work, args=(_Worker(), self._initializer),
                                           name=f"{self._name}_{next(self._count)}")
+                try:
+                    thread.start()
+                except BaseException:  # (no thread to be had): the caller is told, the job is not left queued
+                    hub.jobs.remove(job)
+                    raise
                 hub.threads.append(thread)
-                thread.start()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

@@ -205,6 +205,22 @@ def test_shutdown_ends_the_workers_runs_or_cancels_what_waits_and_refuses_new_jo
     pool.shutdown(wait=True)
 
 
+def test_a_job_whose_thread_cannot_start_is_refused_not_left_waiting(monkeypatch):
+    pool = HotPool(2, "hot-test")
+    try:
+        def refuse(self):
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't start"):
+            pool.submit(int, "1")
+        monkeypatch.undo()
+        assert pool.submit(int, "2").result(timeout=30) == 2  # the refused one never ran
+        assert not pool._hub.jobs
+    finally:
+        pool.shutdown()
+
+
 def test_each_worker_is_set_up_once_as_it_starts():
     seen: list[int] = []
     pool = HotPool(3, "hot-test", initializer=lambda: seen.append(threading.get_ident()))
