@@ -368,18 +368,35 @@ def test_prompt_since_the_previous_one_sends_only_what_changed(client, server):
     assert session.prompt(since=prev, reserve=512).prompt_id == ""  # overrides: a one-off prompt
 
 
-@pytest.mark.shared
-def test_a_prompt_rewritten_for_the_template_is_also_sent_as_what_changed(llama3_path):
-    """llama3_1's template renders no tool schemas, so its prompts are sent rewritten (the tools in
-    the system message): a client that holds the previous one and takes a change gets the
-    rewritten messages after the ones the two share; one that does not gets the whole body."""
-    srv = create_server(settings(tokenizers={"llama3": llama3_path}), store=MemoryStore())
+def _rewriting_profile(name: str) -> str:
+    """A tokenizer spec whose template needs the conversation rewritten (or a skip saying why)."""
+    if name == "llama3":  # its template renders no tool schemas: the tools go in the system message
+        from tests.conftest import shared_tokenizer
+
+        return shared_tokenizer("llama3_1")
+    from tests.proxy.gemma import gemma_model  # Gemma 3's template: strict alternation, no tool roles
+
+    model, why = gemma_model()
+    if model is None:
+        pytest.skip(why)
+    return str(model)
+
+
+@pytest.mark.parametrize("profile", ["llama3", "gemma3"])
+def test_a_prompt_rewritten_for_the_template_is_also_sent_as_what_changed(profile):
+    """A prompt sent rewritten for the profile's template: a client that holds the previous one and
+    takes a change gets the rewritten messages after the ones the two share (where a new tool
+    result merges into the last user turn, from that turn on); one that does not gets the whole
+    body, as a client written before that answer does."""
+    srv = create_server(settings(tokenizers={profile: _rewriting_profile(profile)},
+                                 chat_formats={"gemma3": "gemma3"} if profile == "gemma3" else {}),
+                        store=MemoryStore())
     try:
-        with Client(srv.target, timeout=30) as client:
-            session = client.create_session(tokenizer="llama3", tools=TOOLS, window=3000, reserve=256)
+        with Client(srv.target, timeout=60) as client:
+            session = client.create_session(tokenizer=profile, tools=TOOLS, window=3000, reserve=256)
             stub = pb_grpc.BudgeterServiceStub(client.channel)
             prev = None
-            compacted = kept = 0
+            compacted = kept = partial = 0
             for t in turns(12):
                 delta = session.prompt(append=t, since=prev)
                 whole = session.prompt()
@@ -387,6 +404,8 @@ def test_a_prompt_rewritten_for_the_template_is_also_sent_as_what_changed(llama3
                 assert whole.messages[0]["role"] == "system" and whole.tools == []  # (rewritten: tools as text)
                 if prev is not None and delta.messages[0] is prev.messages[0]:  # the client kept its own
                     kept += 1
+                    last = len(prev.messages) - 1  # a turn that sent its last message again, changed
+                    partial += len(delta.messages) > last and delta.messages[last] is not prev.messages[last]
                 compacted += delta.report["compacted"]
 
                 def raw(known: str, accept: bool) -> pb.BuildPromptResponse:
@@ -400,7 +419,7 @@ def test_a_prompt_rewritten_for_the_template_is_also_sent_as_what_changed(llama3
                 plain = raw(same.prompt_id, False)  # a client that does not take a change: the whole body
                 assert plain.kept_body_messages == 0 and json.loads(plain.body_json)["messages"] == whole.messages
                 prev = session.prompt()
-            assert compacted and kept >= 8
+            assert compacted and kept >= 8 and partial
             stale = session.prompt(since=delta)  # not the previous prompt any more: the whole body
             assert stale.messages == session.prompt().messages
     finally:
