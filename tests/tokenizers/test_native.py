@@ -96,21 +96,30 @@ def test_renders_the_plain_conversations_itself() -> None:
                 assert got is not None and got == jinja(chat, tools_given, generation, extra)
 
 
-def test_held_out_sessions_whole_and_in_windows() -> None:
-    rendered = 0
+def held_out_windows() -> Any:
+    """Held-out agent sessions as a template gets them, whole up to each third message and in
+    windows of the last six behind the first: (messages, tools) each."""
     for seed in (200, 201, 202):
         body = session(seed, 60_000)
         dicts = [to_template(from_openai(m, index=i)) for i, m in enumerate(body["messages"])]
         for end in range(2, len(dicts) + 1, 3):
             for part in (dicts[:end], [dicts[0], *dicts[max(1, end - 6):end]]):
-                got = native.qwen36(part, body["tools"], True, {}, tojson)
-                want = jinja(part, body["tools"], True, {})
-                if want is not None:
-                    assert got == want
-                    rendered += 1
-                else:
-                    assert got is None
-    assert rendered > 50
+                yield part, body["tools"]
+
+
+def renders_as_the_template(pairs: Any) -> int:
+    """Each (Python render, template render) equal, or both None; how many rendered."""
+    rendered = 0
+    for got, want in pairs:
+        assert got == want
+        rendered += want is not None
+    return rendered
+
+
+def test_held_out_sessions_whole_and_in_windows() -> None:
+    assert renders_as_the_template(
+        (native.qwen36(part, tools, True, {}, tojson), jinja(part, tools, True, {}))
+        for part, tools in held_out_windows()) > 50
 
 
 def test_only_the_published_source_gets_a_renderer() -> None:
@@ -230,21 +239,11 @@ def test_gemma3_held_out_sessions_rewritten_for_its_template_whole_and_in_window
 
     adapt = adapter(probe(GEMMA))
     assert adapt is not None
-    rendered = 0
-    for seed in (200, 201, 202):
-        body = session(seed, 60_000)
-        dicts = [to_template(from_openai(m, index=i)) for i, m in enumerate(body["messages"])]
-        for end in range(2, len(dicts) + 1, 3):
-            for part in (dicts[:end], [dicts[0], *dicts[max(1, end - 6):end]]):
-                adapted, rest = adapt(part, body["tools"])
-                got = native.gemma3(adapted, rest or None, True, {"bos_token": "<bos>"}, tojson)
-                want = gemma_jinja(adapted, True, {"bos_token": "<bos>"})
-                if want is not None:
-                    assert got == want
-                    rendered += 1
-                else:
-                    assert got is None
-    assert rendered > 50
+    bos = {"bos_token": "<bos>"}
+    adapted = (adapt(part, tools) for part, tools in held_out_windows())
+    assert renders_as_the_template(
+        (native.gemma3(messages, rest or None, True, bos, tojson), gemma_jinja(messages, True, bos))
+        for messages, rest in adapted) > 50
 
 
 def test_gemma3_only_the_published_source_gets_its_renderer() -> None:
