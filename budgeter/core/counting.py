@@ -327,17 +327,24 @@ class TemplateCounter:
             return self.adapter(dicts, tools)
         return dicts, tools
 
-    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict], memo: SentMemo | None = None,
              ) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None:
         """The conversation as counted, where that is not the messages as given: the adapter's
-        rewrite and the template rules' rewrites the server needs too; None otherwise."""
+        rewrite and the template rules' rewrites the server needs too; None otherwise. ``memo``:
+        the session's previous call (``SentMemo``)."""
         for_server = getattr(self.format, "for_server", None) if self._server_rules else None
         if self.adapter is None and for_server is None:
             return None
         caps = getattr(self.adapter, "caps", None)
         if for_server is None and caps is not None and caps.system_only and not later_system(messages):
             return None  # (the default profile's case: no walk over the messages in Python)
-        given = [self._template_dict(m) for m in messages]
+        if memo is None:
+            given = [self._template_dict(m) for m in messages]
+        else:
+            before, held = memo.given
+            shared = same_objects(before, messages)
+            given = held[:shared] + [self._template_dict(m) for m in messages[shared:]]
+            memo.given = (list(messages), given)
         dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
         ruled = for_server(dicts) if for_server is not None else None
         if ruled is None and schemas is tools and len(dicts) == len(given) and same_objects(dicts, given) == len(given):
@@ -497,19 +504,40 @@ def _dict_chars(d: Mapping[str, Any]) -> int:
 _wired = IdentityMemo(size=_dict_chars)
 
 
-def sent(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict]
+class SentMemo:
+    """A session's previous ``sent``: its messages with their template dicts, and its rewritten
+    dicts with their wire form. A build's prompt is mostly the previous one's messages, and their
+    rewrite mostly the same objects (``core/fallback.py``): those the two share from the start,
+    by identity, are taken from the previous call instead of looked up one by one, so that a
+    build converts only the rest (``bench_service --profiles gemma3``)."""
+
+    __slots__ = ("given", "wired")
+
+    def __init__(self) -> None:
+        self.given: tuple[list[Message], list[dict[str, Any]]] = ([], [])
+        self.wired: tuple[list[Mapping[str, Any]], list[JSONDict]] = ([], [])
+
+
+def sent(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *, memo: SentMemo | None = None
          ) -> tuple[list[JSONDict], list[JSONDict]] | None:
     """The request as the counter counted it, in OpenAI wire form (arguments as JSON text), where
     the counter rewrites the conversation for its template (``core/fallback.py``, the template
     rules, mistral-common's placement of system messages); None where it counts the messages as
     given. Every front door returns or forwards this form, so the server renders exactly what was
-    counted. The same rewritten message comes back as the same object on later builds."""
+    counted. The same rewritten message comes back as the same object on later builds. ``memo``:
+    the session's previous call; its lists are not to be changed."""
     fn = getattr(counter, "sent", None)
-    got = fn(messages, tools) if fn is not None else None
+    got = fn(messages, tools, memo) if fn is not None else None
     if got is None:
         return None
     dicts, schemas = got
-    return [_wired.get((d,), _wire, d) for d in dicts], list(schemas)
+    if memo is None:
+        return [_wired.get((d,), _wire, d) for d in dicts], list(schemas)
+    before, held = memo.wired
+    shared = same_objects(before, dicts)
+    wired = held[:shared] + [_wired.get((d,), _wire, d) for d in dicts[shared:]]
+    memo.wired = (list(dicts), wired)
+    return wired, list(schemas)
 
 
 def _wire(d: Mapping[str, Any]) -> JSONDict:

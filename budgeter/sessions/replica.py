@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from budgeter.core import memo as memos
+from budgeter.core.counting import SentMemo
 from budgeter.core.engine import Engine
 from budgeter.core.facts import Facts
 from budgeter.core.messages import Message, from_openai
@@ -80,6 +81,8 @@ class Live:
     sent_last: tuple[int, list[JSONDict], list[JSONDict]] | None = None
     """The serial, messages and tools of the last build, where it was sent rewritten for the
     profile's template: the next one is sent as what follows the messages the two share."""
+    sent_memo: SentMemo = field(default_factory=SentMemo)
+    """The last build's rewrite for the template, which the next one mostly repeats."""
 
     def prompt_id(self, serial: int) -> str:
         return f"{self.token}.{serial}"

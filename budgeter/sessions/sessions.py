@@ -246,7 +246,7 @@ class Sessions:
         live = (self.replica.cached(sid) if after is not None and after.current else None) or self.replica.sync(sid)
         with live.lock, self.tokenizers.lock(live.info.config.tokenizer):
             result = self._one_off(live, overrides) if overrides else live.engine.build()
-            wire = sent(live.engine.counter, result.messages, live.engine.tools)
+            wire = sent(live.engine.counter, result.messages, live.engine.tools, memo=live.sent_memo)
             before = live.sent_last
             if not overrides:
                 live.sent_last = (result.serial, *wire) if wire is not None else None

@@ -572,7 +572,7 @@ class MistralCounter:
             out[i] = got
         return out
 
-    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict]
+    def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict], memo: Any = None,
              ) -> tuple[list[dict[str, Any]], Sequence[JSONDict]] | None:
         """The messages as counted (``_placed``) where that moved a system message; None otherwise."""
         placed = self._placed(messages)

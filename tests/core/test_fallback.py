@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budgeter.core import Policy, trim
-from budgeter.core.counting import sent
+from budgeter.core.counting import SentMemo, sent
 from budgeter.core.fallback import Capabilities, adapter
-from budgeter.core.messages import from_openai_list
+from budgeter.core.messages import from_openai, from_openai_list
 from budgeter.tokenizers.registry import resolve
 
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -82,6 +82,32 @@ def test_builds_that_replace_the_last_messages_are_rewritten_as_a_fresh_adapter_
         assert fresh is not None
         want, want_tools = fresh(list(conversation), TOOLS)
         assert got == want and list(got_tools) == list(want_tools)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(_ROLES, max_size=5), st.integers(0, 30), st.booleans()), min_size=1, max_size=8),
+       st.booleans())
+def test_a_session_s_memo_sends_what_a_call_without_it_sends(steps, with_tools):
+    """``sent`` with a session's memo (the previous call's lists, taken where the messages are
+    the same objects) gives what a call without one gives, build after build: the conversation
+    extended, cut back, a message replaced (Gemma 3's template: alternation, no tool roles)."""
+    counter = resolve("qwen2.5", chat_format="gemma3")
+    memo = SentMemo()
+    conversation: list = []
+    k = 0
+    for roles, at, replace in steps:
+        if replace and conversation:
+            k += 1
+            i = at % len(conversation)
+            conversation = [*conversation[:i], from_openai(_message(conversation[i].role, k), index=i),
+                            *conversation[i + 1:]]
+        elif at < 5:
+            conversation = conversation[:max(0, len(conversation) - at)]
+        for role in roles:
+            k += 1
+            conversation = [*conversation, from_openai(_message(role, k), index=len(conversation))]
+        tools = TOOLS if with_tools else []
+        assert sent(counter, conversation, tools, memo=memo) == sent(counter, conversation, tools)
 
 
 def test_results_in_a_row_stay_apart_where_the_template_renders_them_so():
