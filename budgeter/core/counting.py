@@ -21,7 +21,7 @@ from typing import Any
 
 from budgeter.core import incremental
 from budgeter.core.jsonargs import _SURROGATE, dumps, has_surrogate
-from budgeter.core.memo import CharMemo, IdentityMemo, same_objects
+from budgeter.core.memo import CharMemo, IdentityMemo, remapped, same_objects
 from budgeter.core.messages import Message, Repair, repaired_note, to_template
 from budgeter.core.typing import ChatFormat, JSONDict, Tokenizer
 
@@ -310,19 +310,21 @@ class TemplateCounter:
             d = self._dicts.put(m, to_template(m, developer=self._developer), m.size)
         return d
 
+    def _given(self, messages: Sequence[Message], memo: incremental.RenderMemo | SentMemo | None
+               ) -> list[dict[str, Any]]:
+        """Each message's template dict. With a session's ``memo``, the messages its previous call
+        shared (by identity) keep their dicts without a lookup each, so that a build's walk in
+        Python covers only the new messages (``bench_flat``'s growth with history)."""
+        if memo is None:
+            return [self._template_dict(m) for m in messages]
+        memo.given, dicts = remapped(memo.given, messages, self._template_dict)
+        return dicts
+
     def _adapted(self, messages: Sequence[Message], tools: Sequence[JSONDict],
                  memo: incremental.RenderMemo | None = None,
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
-        """The messages as the template takes them. With a session's ``memo``, the messages its
-        previous render shared (by identity) keep their dicts without a lookup each, so that a
-        build's walk in Python covers only the new messages (``bench_flat``'s growth with history)."""
-        if memo is None:
-            dicts = [self._template_dict(m) for m in messages]
-        else:
-            given, held = memo.given
-            shared = same_objects(given, messages)
-            dicts = held[:shared] + [self._template_dict(m) for m in messages[shared:]]
-            memo.given = (list(messages), dicts)
+        """The messages as the template takes them (``memo``: the session's previous render)."""
+        dicts = self._given(messages, memo)
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
@@ -338,13 +340,7 @@ class TemplateCounter:
         caps = getattr(self.adapter, "caps", None)
         if for_server is None and caps is not None and caps.system_only and not later_system(messages):
             return None  # (the default profile's case: no walk over the messages in Python)
-        if memo is None:
-            given = [self._template_dict(m) for m in messages]
-        else:
-            before, held = memo.given
-            shared = same_objects(before, messages)
-            given = held[:shared] + [self._template_dict(m) for m in messages[shared:]]
-            memo.given = (list(messages), given)
+        given = self._given(messages, memo)
         dicts, schemas = self.adapter(given, tools) if self.adapter is not None else (given, tools)
         ruled = for_server(dicts) if for_server is not None else None
         if ruled is None and schemas is tools and len(dicts) == len(given) and same_objects(dicts, given) == len(given):
@@ -533,10 +529,7 @@ def sent(counter: Any, messages: Sequence[Message], tools: Sequence[JSONDict], *
     dicts, schemas = got
     if memo is None:
         return [_wired.get((d,), _wire, d) for d in dicts], list(schemas)
-    before, held = memo.wired
-    shared = same_objects(before, dicts)
-    wired = held[:shared] + [_wired.get((d,), _wire, d) for d in dicts[shared:]]
-    memo.wired = (list(dicts), wired)
+    memo.wired, wired = remapped(memo.wired, dicts, lambda d: _wired.get((d,), _wire, d))
     return wired, list(schemas)
 
 

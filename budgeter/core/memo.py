@@ -147,6 +147,18 @@ def same_objects(a: Sequence[Any], b: Sequence[Any]) -> int:
     return leading_same(a, b)
 
 
+def remapped(previous: tuple[list[Any], list[Any]], items: Sequence[Any], convert: Callable[[Any], Any]
+             ) -> tuple[tuple[list[Any], list[Any]], list[Any]]:
+    """``[convert(x) for x in items]``, taking the outputs of the leading items ``items`` shares
+    (``same_objects``) with the list of the ``previous`` call, which is ``(items, outputs)``; and
+    this call's pair, for the next one. A build's list mostly repeats the previous build's, so it
+    converts only the rest in Python."""
+    before, held = previous
+    shared = same_objects(before, items)
+    out = held[:shared] + [convert(x) for x in items[shared:]]
+    return (list(items), out), out
+
+
 def heads_equal(a: Sequence[Any], b: Sequence[Any], n: int) -> bool:
     """Whether the first ``n`` items of ``a`` and ``b`` are equal, each the same object or equal
     (compared in C, by identity first); one of length ``n`` is compared whole, not copied: half

@@ -272,8 +272,7 @@ class Sessions:
         # a rewritten conversation's messages do not map one to one onto the prompt's: the part sent
         # again is found among the rewritten ones (the same objects where the rewrite is the same)
         kept = 0
-        if body_delta and before is not None and before[0] == result.serial - 1 and (
-                before[2] is wire[1] or list(before[2]) == list(wire[1])):
+        if body_delta and before is not None and before[0] == result.serial - 1 and before[2] == wire[1]:
             kept = leading_same(before[1], wire[0])
         return Built(result, info, prompt_id, 0, wire, kept)
 
