@@ -1,7 +1,7 @@
 """Cold and flat: start-up to ready per command, and whole-process CPU per turn by history size.
 
     python -m tests.bench.bench_flat [--sizes 10000 100000 1000000 2000000] [--turns 40]
-                                     [--only ready serve layer]
+                                     [--only ready serve shared layer]
 
 - **ready**: wall time from the command's start to its answer or readiness, a fresh process
   each time (best and median of ``--repeat``): ``budgeter trim`` of a one-message file, the
@@ -19,6 +19,10 @@
   (``/proc/PID/task/*/schedstat``, nanoseconds), read around the call: p50 / p90, and the p50's
   ratio to the 100K session's; and the server's CPU for a ``GetSession`` of the same session, a
   call with no engine work (the gRPC server's own share of a turn).
+- **shared**: as **serve**, but one ``budgeter serve`` per store holds the sessions of every size,
+  as a replica serves its agents' sessions side by side: between two turns of a session the server
+  runs the other sessions' turns, not three other processes (in **serve** each process's caches
+  have gone cold by its next turn; the two layouts bound what a deployment sees).
 - **layer**: the same turns of the same sessions through the session layer both front doors share,
   in this process, with no gRPC (``Sessions.append`` then ``Sessions.build``, as ``BuildPrompt``
   does them), on each store, after another held-out session of the same size warmed
@@ -55,9 +59,10 @@ def row(cells: list[Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def serve_growth(sizes: list[int], k: int) -> None:
+def serve_growth(sizes: list[int], k: int, *, shared: bool = False) -> None:
     bodies = {c: session(200 + i, c) for i, c in enumerate(sizes)}
-    print(f"\n### Through `budgeter serve`: whole-process CPU per one-call turn, last {k} turns\n")
+    layout = "one server holding every size's session" if shared else "a server per size"
+    print(f"\n### Through `budgeter serve` ({layout}): whole-process CPU per one-call turn, last {k} turns\n")
     print(row(["store", "history chars", "messages", "CPU p50", "CPU p90", "client p50", "p50 vs 100K",
                "GetSession CPU p50"]))
     print(row(["---"] * 8))
@@ -65,6 +70,9 @@ def serve_growth(sizes: list[int], k: int) -> None:
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             sides: dict[int, tuple[ServerProcess, Client]] = {}
             for c in sizes:
+                if shared and sides:
+                    sides[c] = next(iter(sides.values()))
+                    continue
                 where = ("--store", "memory://") if store == "memory" else ("--data-dir", f"{tmp}/{c}")
                 server = ServerProcess(*where, *SERVE).start()
                 stack.callback(server.stop)
@@ -261,8 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cold-repeat", type=int, default=2, help="Runs with an empty tokenizer cache.")
-    ap.add_argument("--only", nargs="+", choices=["ready", "serve", "layer"],
-                    default=["ready", "serve", "layer"])
+    ap.add_argument("--only", nargs="+", choices=["ready", "serve", "shared", "layer"],
+                    default=["ready", "serve", "shared", "layer"])
     ap.add_argument("--layer-child", choices=["memory", "sqlite"], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.layer_child:
@@ -273,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
         ready(a.repeat, a.cold_repeat)
     if "serve" in a.only:
         serve_growth(a.sizes, a.turns)
+    if "shared" in a.only:
+        serve_growth(a.sizes, a.turns, shared=True)
     if "layer" in a.only:
         layer_growth(a.sizes, a.turns)
 

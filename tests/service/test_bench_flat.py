@@ -35,3 +35,14 @@ def test_layer_table_has_a_row_per_store_and_size() -> None:
                                             ("sqlite", "20,000"), ("sqlite", "100,000")], out
     assert all(r[4] == "1.00" for r in rows if r[1] == "100,000"), out
     assert all(float(r[2]) > 0 for r in rows), out
+
+
+def test_shared_layout_serves_every_size_from_one_server_per_store() -> None:
+    out = _bench("--only", "shared", "--sizes", "20000", "100000", "--turns", "3")
+    assert "one server holding every size's session" in out, out
+    rows = re.findall(r"^\| (memory|sqlite) \| ([\d,]+) \| \d+ \| ([\d.]+) ms \| [\d.]+ ms \| [\d.]+ ms \| ([\d.]+)x "
+                      r"\| ([\d.]+) ms \|$", out, re.M)
+    assert [(r[0], r[1]) for r in rows] == [("memory", "20,000"), ("memory", "100,000"),
+                                            ("sqlite", "20,000"), ("sqlite", "100,000")], out
+    assert all(r[3] == "1.00" for r in rows if r[1] == "100,000"), out
+    assert all(float(r[2]) > 0 and float(r[4]) > 0 for r in rows), out
