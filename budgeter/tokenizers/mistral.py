@@ -20,12 +20,14 @@ Tool-call ids are mapped to the 9-character alphanumeric ids Mistral requires (d
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import functools
 import hashlib
 import itertools
 import logging
+import operator
 import re
 import string
 from collections.abc import Callable, Iterator, Sequence
@@ -331,6 +333,10 @@ class _RunMemo:
             plain = normalizer._aggregate_messages  # (a subclass with its own walk keeps it)
             normalizer._aggregate_messages = lambda messages: (
                 self._aggregate(messages) if self.on and messages else plain(messages))
+        if type(normalizer)._aggregate_system_prompts is Base._aggregate_system_prompts:
+            systems = normalizer._aggregate_system_prompts  # (it skips every other message itself)
+            normalizer._aggregate_system_prompts = lambda messages: systems(
+                _systems(messages) if self.on else messages)
         if type(normalizer)._build_instruct_request is Base._build_instruct_request:
             build = normalizer._build_instruct_request
             blank = _Blank(normalizer._instruct_request_class)
@@ -367,7 +373,7 @@ class _RunMemo:
         start, kept, ids = resume
         outputs, before = (last.outputs, last.marks) if last is not None else ([], [])
         out = outputs[:kept]
-        marks = [mark for mark in before if mark[0] < start]
+        marks = before[:bisect.bisect_left(before, start, key=_MARK_INDEX)]  # (in index order)
         call_ids = list(ids)
         run: list[Any] = []
         role: Any = None
@@ -423,6 +429,49 @@ class _Blank:
 
     def __call__(self, **fields: Any) -> Any:
         return self._blank.model_copy(update=fields)
+
+
+_ROLE = operator.attrgetter("role")
+_MARK_INDEX = operator.itemgetter(0)
+
+
+def _first_last_user(messages: Sequence[Any], user_class: type) -> tuple[int, int]:
+    """``InstructTokenizerBase.find_first_last_user``: the indexes of the first and last user
+    message (-1 and -1 without one), found by the messages' roles in passes in C instead of a
+    walk in Python: each build of a ``mistral-tekken`` conversation walked every message for them
+    and for the system prompt, twice (``bench_service --profiles mistral-tekken``). A user message
+    is the only kind whose role is the user's; the two found are checked to be of that class, and
+    the walk decides otherwise."""
+    from mistral_common.protocol.instruct.messages import Roles
+
+    roles = list(map(_ROLE, messages))
+    if Roles.user not in roles:
+        first = last = -1
+    else:
+        first, last = roles.index(Roles.user), len(roles) - 1 - roles[::-1].index(Roles.user)
+    if first >= 0 and not (isinstance(messages[first], user_class) and isinstance(messages[last], user_class)):
+        first, last = _walked_first_last(messages, user_class)
+    return first, last
+
+
+def _walked_first_last(messages: Sequence[Any], user_class: type) -> tuple[int, int]:
+    users = [i for i, m in enumerate(messages) if isinstance(m, user_class)]
+    return (users[0], users[-1]) if users else (-1, -1)
+
+
+def _systems(messages: Sequence[Any]) -> list[Any]:
+    """The system messages of ``messages``, in order, found by their roles in C (what
+    ``_aggregate_system_prompts`` walks them all in Python for)."""
+    from mistral_common.protocol.instruct.messages import Roles
+
+    roles = list(map(_ROLE, messages))
+    out = []
+    at = -1
+    with contextlib.suppress(ValueError):  # (no system message after the last one found)
+        while True:
+            at = roles.index(Roles.system, at + 1)
+            out.append(messages[at])
+    return out
 
 
 class _Walk:
@@ -492,6 +541,12 @@ class MistralCounter:
         self._blind = _flag_blind(tokenizer.instruct_tokenizer)
         """Whether tool results and assistant messages encode alike before and after the last user
         message (then they are counted under no flags, so a new user turn finds them counted)."""
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerBase
+
+        self._own_first_last = (type(tokenizer.instruct_tokenizer).find_first_last_user
+                                is InstructTokenizerBase.find_first_last_user)
+        """Whether the instruct tokenizer finds the first and last user message with mistral-common's
+        own walk (``_first_last_user`` finds the same two in C)."""
         self.audit_every = 64
         self._counts = 0
         self.off = ""
@@ -646,8 +701,9 @@ class MistralCounter:
         )
 
         it = self._tok.instruct_tokenizer
-        first, last = it.find_first_last_user(request)
         messages = request.messages
+        first, last = (_first_last_user(messages, UserMessage) if reuse and self._own_first_last
+                       else it.find_first_last_user(request))
         tools = self._json(request.available_tools or ())
         sums = [len(it.start())]
         start = 0

@@ -690,3 +690,50 @@ def test_mistral_builds_report_the_plan_costs_of_the_messages_they_share_as_reus
         assert result.cache_break_tokens == sum(counter.message_cost(m) for m in result.messages[:same])
         previous = result.messages
     assert shortened >= 2 and len(ends) > 10
+
+
+_ROLES = st.lists(st.sampled_from(["system", "empty system", "user", "assistant", "tool"]), max_size=12)
+
+
+def _normalized(roles):
+    from mistral_common.protocol.instruct.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+
+    make = {"system": lambda n: SystemMessage(content=f"system {n}"),
+            "empty system": lambda n: SystemMessage(content=""),
+            "user": lambda n: UserMessage(content=f"user {n}"),
+            "assistant": lambda n: AssistantMessage(content=f"a {n}"),
+            "tool": lambda n: ToolMessage(content=f"result {n}", tool_call_id="abcdefghi")}
+    return [make[r](n) for n, r in enumerate(roles)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ROLES)
+def test_mistral_first_last_user_and_system_prompt_found_in_c_equal_mistral_commons_walks(roles):
+    """The first and last user message, and the system prompt, found by the messages' roles equal
+    what mistral-common's own walks over every message find (with no user or system message too)."""
+    from mistral_common.protocol.instruct.messages import UserMessage
+    from mistral_common.protocol.instruct.normalize import InstructRequestNormalizer
+    from mistral_common.protocol.instruct.request import InstructRequest
+    from mistral_common.tokens.tokenizers.instruct import InstructTokenizerBase
+
+    from budgeter.tokenizers.mistral import _first_last_user, _systems
+
+    messages = _normalized(roles)
+    own = InstructTokenizerBase.find_first_last_user(InstructRequest(messages=messages))
+    assert _first_last_user(messages, UserMessage) == own
+    normalizer = InstructRequestNormalizer.normalizer()
+    assert normalizer._aggregate_system_prompts(_systems(messages)) == normalizer._aggregate_system_prompts(messages)
+    assert all(m.role == "system" for m in _systems(messages))
+
+
+def test_mistral_first_last_user_is_walked_where_a_found_message_is_not_a_user_message():
+    """A message that says it is the user's but is not of the user class (a subclass of mistral-common's
+    could make one) is not taken for one: the walk decides."""
+    from mistral_common.protocol.instruct.messages import UserMessage
+
+    from budgeter.tokenizers.mistral import _first_last_user
+
+    messages = _normalized(["assistant", "user", "tool", "user", "assistant"])
+    impostor = messages[0].model_copy(update={"role": "user"})
+    assert _first_last_user([impostor, *messages[1:]], UserMessage) == (1, 3)
+    assert _first_last_user([*messages[:4], impostor], UserMessage) == (1, 3)
