@@ -190,22 +190,26 @@ class Walks(Generic[W]):
     item ``TAIL`` places before its last too), and the one it shares most with is replaced."""
 
     def __init__(self, limit: int = 1024, *, size: Callable[[Any], int]) -> None:
-        self._items: CharMemo[tuple[int, int], tuple[list[Any], W, int]] = CharMemo(limit)
-        self._anchors: CharMemo[int, list[tuple[int, int]]] = CharMemo(limit)
+        self._items: CharMemo[int, tuple[list[Any], W, int]] = CharMemo(limit)
+        """Each walk by the id of its list's last item times ``WAYS`` plus its way: one int per
+        walk, so that ``find``'s probes of every way of its last items build no key tuples."""
+        self._anchors: CharMemo[int, list[int]] = CharMemo(limit)
         """The keys of the walks by the id of their item ``TAIL`` before the last (each checked by
         identity when met: a key may hold another walk since)."""
         self._size = size
-        self._found: tuple[Sequence[Any] | None, tuple[int, int], int] = (None, (0, 0), 0)
+        self._found: tuple[Sequence[Any] | None, int, int] = (None, 0, 0)
         """The list ``find`` was given last, the key of the walk it found, and their shared items."""
 
     def find(self, items: Sequence[Any]) -> tuple[W | None, int]:
         """The walk of the list ``items`` extends, and how many first items the two share (by
         identity); ``(None, 0)`` if none is held."""
-        best: tuple[W, tuple[int, int], int] | None = None
+        best: tuple[W, int, int] | None = None
         others = []
+        get = self._items.get
         for item in reversed(items[-LOOKBACK:]):
-            for way in range(WAYS):
-                hit = self._items.get((id(item), way))
+            first = id(item) * WAYS
+            for key in range(first, first + WAYS):
+                hit = get(key)
                 if hit is None:
                     continue
                 inputs = hit[0]
@@ -214,9 +218,9 @@ class Walks(Generic[W]):
                 # whole only then (the others share less; each compare walks the shared items)
                 if (n <= len(items) and inputs[-1] is items[n - 1] and (best is None or n > best[2])
                         and same_objects(inputs, items) == n):
-                    best = (hit[1], (id(item), way), n)
+                    best = (hit[1], key, n)
                     continue
-                others.append((hit, (id(item), way)))
+                others.append((hit, key))
         if best is None:
             for item in items[-(LOOKBACK + TAIL):]:
                 for key in self._anchors.get(id(item), ()):
@@ -228,16 +232,16 @@ class Walks(Generic[W]):
                 if best is None or shared > best[2]:
                     best = (hit[1], key, shared)
         if best is None:
-            self._found = (None, (0, 0), 0)
+            self._found = (None, 0, 0)
             return None, 0
         self._found = (items, best[1], best[2])
         return best[0], best[2]
 
     def keep(self, items: Sequence[Any], walk: W) -> None:
         size = self._superseded(items)
-        last = id(items[-1])
-        free = [w for w in range(WAYS) if (last, w) not in self._items]
-        key = (last, free[0] if free else WAYS - 1)  # all taken: the last way is given up
+        first = id(items[-1]) * WAYS
+        free = [k for k in range(first, first + WAYS) if k not in self._items]
+        key = free[0] if free else first + WAYS - 1  # all taken: the last way is given up
         self._drop(key)
         self._items.put(key, (list(items), walk, size), size)
         if len(items) > TAIL:
@@ -248,7 +252,7 @@ class Walks(Generic[W]):
             elif key not in keys:
                 keys[:] = [*keys[1 - WAYS:], key]
 
-    def _drop(self, key: tuple[int, int]) -> None:
+    def _drop(self, key: int) -> None:
         old = self._items.pop(key, None)
         if old is not None:
             self._items.chars -= old[2]
@@ -258,7 +262,7 @@ class Walks(Generic[W]):
         list but at most its last ``TAIL`` items, is dropped (this one supersedes it) and its size
         is reused."""
         found, key, shared = self._found
-        self._found = (None, (0, 0), 0)
+        self._found = (None, 0, 0)
         if found is items:
             held = self._items.get(key)
             if held is not None and shared >= len(held[0]) - TAIL and (
