@@ -37,7 +37,7 @@ def test_layer_table_has_a_row_per_store_and_size() -> None:
     assert all(float(r[2]) > 0 for r in rows), out
 
 
-def test_shared_layout_serves_every_size_from_one_server_per_store() -> None:
+def test_shared_layout_table_has_a_row_per_store_and_size() -> None:
     out = _bench("--only", "shared", "--sizes", "20000", "100000", "--turns", "3")
     assert "one server holding every size's session" in out, out
     rows = re.findall(r"^\| (memory|sqlite) \| ([\d,]+) \| \d+ \| ([\d.]+) ms \| [\d.]+ ms \| [\d.]+ ms \| ([\d.]+)x "
