@@ -30,6 +30,7 @@ import logging
 import operator
 import re
 import string
+import types
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
@@ -441,7 +442,7 @@ def _first_last_user(messages: Sequence[Any], user_class: type) -> tuple[int, in
     walk in Python: each build of a ``mistral-tekken`` conversation walked every message for them
     and for the system prompt, twice (``bench_service --profiles mistral-tekken``). A user message
     is the only kind whose role is the user's; the two found are checked to be of that class, and
-    the walk decides otherwise."""
+    mistral-common's own walk decides otherwise."""
     from mistral_common.protocol.instruct.messages import Roles
 
     roles = list(map(_ROLE, messages))
@@ -450,13 +451,11 @@ def _first_last_user(messages: Sequence[Any], user_class: type) -> tuple[int, in
     else:
         first, last = roles.index(Roles.user), len(roles) - 1 - roles[::-1].index(Roles.user)
     if first >= 0 and not (isinstance(messages[first], user_class) and isinstance(messages[last], user_class)):
-        first, last = _walked_first_last(messages, user_class)
+        from mistral_common.tokens.tokenizers.instruct import InstructTokenizerBase
+
+        walk: Any = InstructTokenizerBase.find_first_last_user  # (it reads the request's messages alone)
+        first, last = walk(types.SimpleNamespace(messages=messages))
     return first, last
-
-
-def _walked_first_last(messages: Sequence[Any], user_class: type) -> tuple[int, int]:
-    users = [i for i, m in enumerate(messages) if isinstance(m, user_class)]
-    return (users[0], users[-1]) if users else (-1, -1)
 
 
 def _systems(messages: Sequence[Any]) -> list[Any]:
