@@ -295,3 +295,28 @@ def test_the_shared_turns_and_file_events_of_a_view_equal_those_made_afresh(qwen
         assert ctx.protected(view) == protected_positions(view, ctx.policy)
         assert file_events(view, ctx) == _file_events(view, fresh)
         assert newest_snapshots(view, ctx) == _newest(view, fresh)
+
+
+def test_stand_in_json_gives_back_a_view_with_nothing_to_fix_as_it_is(qwen36):
+    """A view whose new calls all parse comes back as the same tuple (the engine then finds the
+    prompt ``normalize_pairing`` left by identity); one with a cut call comes back with that call
+    stood in and every other item as it was."""
+    from budgeter.core.pipeline import Context, Item, Kind
+    from budgeter.core.steps.validity import stand_in_json
+
+    def call(args: str) -> dict[str, object]:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": args}}]}
+
+    result = {"role": "tool", "tool_call_id": "c1", "content": "text"}
+    for args, fixed in (('{"path": "a.py"}', False), ('{"path": "a.', True)):
+        session = Engine(qwen36, policy=Policy(), tools=TOOLS)
+        session.append(from_openai_list([{"role": "user", "content": "go"}, call(args), result]))
+        ctx = Context(qwen36, TOOLS, Policy(), session.log, target=0)
+        view = tuple(Item(k, m) for k, m in enumerate(session.history))
+        out, report = stand_in_json(view, ctx)
+        assert (out is view) is not fixed
+        assert [i.index for i in out] == [0, 1, 2]
+        assert [out[k] is view[k] for k in range(3)] == [True, not fixed, True]
+        assert (out[1].kind is Kind.STAND_IN) is fixed and bool(report.actions) is fixed
+        assert all(json.loads(c.arguments) is not None for i in out for c in i.message.tool_calls)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 from budgeter.core.jsonargs import ArgStatus, dumps, stand_in
@@ -70,11 +71,13 @@ def _orphan(item: Item) -> Item:
 
 def stand_in_json(view: View, ctx: Context) -> tuple[View, StepReport]:
     """Only the build's new items are looked at: an earlier build's items went through this step
-    then, and no later step makes an item raw again with calls to fix."""
+    then, and no later step makes an item raw again with calls to fix. A view with nothing to fix
+    (most builds) comes back as the same tuple, not a copy, so that the engine finds the prompt
+    ``normalize_pairing`` left by identity (``Engine._well_paired``)."""
     start = len(view)
     while start > 0 and (view[start - 1].index >= ctx.fresh or view[start - 1].kind is Kind.SYNTHETIC):
         start -= 1
-    out: list[Item] = list(view[:start])
+    out: list[Item] = []
     actions: list[Action] = []
     for item in view[start:]:
         if item.kind is not Kind.RAW or not item.message.tool_calls:
@@ -82,7 +85,9 @@ def stand_in_json(view: View, ctx: Context) -> tuple[View, StepReport]:
             continue
         calls, kind = _fixed_calls(item, ctx, actions)
         out.append(item if kind is Kind.RAW else with_message(item, replace(item.message, tool_calls=calls), kind))
-    return tuple(out), StepReport("stand_in_json", 0, 0, tuple(actions))
+    if all(map(operator.is_, out, view[start:])):
+        return view, StepReport("stand_in_json", 0, 0, tuple(actions))
+    return view[:start] + tuple(out), StepReport("stand_in_json", 0, 0, tuple(actions))
 
 
 def _fixed_calls(item: Item, ctx: Context, actions: list[Action]) -> tuple[tuple[ToolCall, ...], Kind]:
