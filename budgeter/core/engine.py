@@ -21,7 +21,7 @@ from budgeter.core.counting import count_rendered, shared_prefix
 from budgeter.core.facts import Facts, History
 from budgeter.core.incremental import RenderMemo, common_length
 from budgeter.core.markers import contains_marker, handles_in
-from budgeter.core.memo import CharMemo, same_objects
+from budgeter.core.memo import CharMemo, leading_same, same_objects
 from budgeter.core.messages import Message, to_openai
 from budgeter.core.pipeline import Context, Item, Kind, StepReport, View, run
 from budgeter.core.policy import Policy
@@ -205,10 +205,17 @@ class Engine:
         build's ``normalize_pairing`` need not walk it again: it was not compacted, holds no
         stand-in (it is the plan) and has the items ``normalize_pairing`` left, in their order (the
         steps after it rewrote messages in place, keeping roles and call ids: a step that removes a
-        call removes its result too, and the items change)."""
+        call removes its result too, and the items change). The items both share are skipped in
+        C: a rewrite is of a failure, near the prompt's end (reading every item's index on each
+        build grew with a long session's prompt: ``bench_instructions``)."""
         if compacted or self._plan is not view or paired is None:
             return False
-        return view is paired or (len(view) == len(paired) and list(map(_index, view)) == list(map(_index, paired)))
+        if view is paired:
+            return True
+        if len(view) != len(paired):
+            return False
+        k = leading_same(view, paired)
+        return list(map(_index, view[k:])) == list(map(_index, paired[k:]))
 
     def _result(self, view: View, before: int, compacted: bool, steps: list[StepReport],
                 ctx: Context) -> BuildResult:
