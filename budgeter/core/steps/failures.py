@@ -148,15 +148,17 @@ def _tidy(view: View, ctx: Context, *, pressed: bool, only: Set[CallRef] | None 
     drop: set[int] = set()
     removed: dict[int, set[str]] = {}
     actions: list[Action] = []
+    touched = False
     for f in found:
         if newest[_run(f, log)[0]] is not f:  # folded into a later identical retry
             drop.add(f.result_pos)
             removed.setdefault(f.call_pos, set()).add(f.facts.id)
             continue
-        items[f.call_pos], items[f.result_pos], action = _collapse_memo(items[f.call_pos], items[f.result_pos], f,
-                                                                        ctx, pressed=pressed)
+        call_item, result_item = items[f.call_pos], items[f.result_pos]
+        items[f.call_pos], items[f.result_pos], action = _collapse_memo(call_item, result_item, f, ctx, pressed=pressed)
         if action is not None:
             actions.append(action)
+        touched = touched or items[f.call_pos] is not call_item or items[f.result_pos] is not result_item
     for pos, ids in removed.items():
         m = items[pos].message
         calls = tuple(c for c in m.tool_calls if c.id not in ids)
@@ -164,6 +166,8 @@ def _tidy(view: View, ctx: Context, *, pressed: bool, only: Set[CallRef] | None 
             drop.add(pos)
         else:
             items[pos] = replace(items[pos], message=replace(m, tool_calls=calls), kind=Kind.STUB)
+    if not (touched or drop):  # every item as it was: the view itself, which the engine then finds
+        return view, StepReport(name, 0, 0)  # by identity (``Engine._well_paired``)
     out = tuple(it for p, it in enumerate(items) if p not in drop) if drop else tuple(items)
     if drop:
         actions.append(Action(view[min(drop)].index, "failed_retries_folded", f"{len(drop)} messages"))
