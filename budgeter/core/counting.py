@@ -324,10 +324,36 @@ class TemplateCounter:
                  memo: incremental.RenderMemo | None = None,
                  ) -> tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]]:
         """The messages as the template takes them (``memo``: the session's previous render)."""
+        if memo is not None and memo.appends:
+            grown = self._grown(messages, tools, memo)
+            if grown is not None:
+                return grown, tools
         dicts = self._given(messages, memo)
         if self.adapter is not None:
             return self.adapter(dicts, tools)
         return dicts, tools
+
+    def _grown(self, messages: Sequence[Message], tools: Sequence[JSONDict], memo: incremental.RenderMemo
+               ) -> list[dict[str, Any]] | None:
+        """``_adapted``'s messages for a memo whose messages only grow (``RenderMemo.appends``),
+        where the adapter rewrites each message alone (or there is none): one list kept by the
+        memo, extended in place by the new messages' dicts, so that a build converts and copies
+        only those. None where the adapter's output is not per message (the general way then)."""
+        each = None
+        if self.adapter is not None:
+            each = getattr(self.adapter, "each", lambda tools: None)(tools)
+            if each is None:
+                return None
+        given, held = memo.grown
+        if given is not messages:  # (the first call: the list is built here once)
+            held = []
+        n = len(held)
+        if n > len(messages):
+            return None
+        new = [self._template_dict(m) for m in itertools.islice(messages, n, None)]
+        held.extend(new if each is None else (each(d, i == 0) for i, d in enumerate(new, n)))
+        memo.grown = (messages, held)
+        return held
 
     def sent(self, messages: Sequence[Message], tools: Sequence[JSONDict], memo: SentMemo | None = None,
              ) -> tuple[list[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None:

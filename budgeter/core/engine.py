@@ -111,7 +111,7 @@ class Engine:
         self._failures_seen = 0
         self._paired = 0
         """How many leading items of the plan ``normalize_pairing`` need not walk (``_well_paired``)."""
-        self._received_memo = RenderMemo(tail=True, peer=self._memo)
+        self._received_memo = RenderMemo(tail=True, appends=True, peer=self._memo)
         """The previous render of the history as received (``tokens_before``)."""
         self._summed: tuple[View | None, int] = (None, 0)
         """The last view a build summed the costs of, and the sum (``Context.summed``)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +164,16 @@ def adapter(caps: Capabilities) -> Adapter | None:
             walks.keep(messages, _Adapted(ones, placed, out, starts))
         return out, tools
 
+    def each(tools: Sequence[Mapping[str, Any]]) -> Callable[[dict[str, Any], bool], dict[str, Any]] | None:
+        """Where ``adapt`` gives each message's own rewrite in order (no runs merged, no tools
+        placed), the rewrite of one message (``first``: it opens the conversation), the same
+        object ``adapt`` gives for it; else None."""
+        if not caps.alternation_free or (tools and not caps.tools):
+            return None
+        return lambda m, first: memo.get((m,), one, m, first, key=(first,))
+
     adapt.caps = caps  # type: ignore[attr-defined]  # (what ``core.counting.sent`` asks first)
+    adapt.each = each  # type: ignore[attr-defined]  # (``TemplateCounter._grown``)
     return adapt
 
 

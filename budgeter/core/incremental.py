@@ -95,6 +95,16 @@ class RenderMemo:
     window: tuple[Dicts, Dicts, Sequence[Mapping[str, Any]], tuple[Any, ...], str] | None = None
     """The last window rendered here: its head, messages, tools, date variables (``stamp``) and its
     text after the head."""
+    appends: bool = False
+    """Each call's messages are the previous call's list, grown at its end only (a session's
+    history as received, which nothing but ``History.append`` changes): the counter extends one
+    list of template dicts in place (``grown``), and a render given the list it rendered before
+    takes its first ``n`` items as shared without comparing them (the passes in C over the whole
+    history that checked and copied it, on every build: ``bench_instructions`` at 2M characters)."""
+    grown: tuple[Any, Dicts] = field(default_factory=lambda: (None, []))
+    """(the messages list last given, its template dicts so far): ``appends`` only."""
+    n: int = 0
+    """How many of ``dicts`` were rendered (``dicts`` may have grown since: ``appends``)."""
     peer: RenderMemo | None = field(default=None, repr=False, compare=False)
     """The memo rendered just before this one in a build, whose window this one takes when its own
     is the same: the history as received mostly ends with the prompt's last turns, so about half of
@@ -176,7 +186,7 @@ def _starts(dicts: Dicts, below: int) -> list[int]:
 
 def _anchor_for(state: Windowed, memo: RenderMemo, dicts: Dicts, end: int, render: Render) -> None:
     """After a full render, find and check anchors a few messages back for the next turn."""
-    if len(dicts) < 2:
+    if end < 2:
         return
     gen = state.gen_suffix(render, _head(dicts, end))
     if gen is None or not memo.text.endswith(gen):
@@ -220,6 +230,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
         total, anchors, base = count(text), {}, 0
         memo.reasoned = (0, -1)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
+    memo.n = len(dicts)
     memo.base = base
     memo.stamp = stamp
     memo.pending = got is None and worth
@@ -246,6 +257,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
     state.full += 1
     memo.pending = False
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
+    memo.n = len(dicts)
     memo.base, memo.reasoned = 0, (0, -1)
     memo.stamp = stamp
     return total, text
@@ -259,10 +271,11 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
         memo.pending = False
-        _anchor_for(state, memo, memo.dicts, len(memo.dicts), render_fn)
+        _anchor_for(state, memo, memo.dicts, memo.n, render_fn)
     if not memo.anchors:
         return None
-    same = common_length(memo.dicts, dicts)
+    # the list rendered before, given again, has only grown at its end (``RenderMemo.appends``)
+    same = memo.n if memo.dicts is dicts else common_length(memo.dicts, dicts)
     ends = [i for i in memo.anchors if i <= same]
     if not ends:
         return None

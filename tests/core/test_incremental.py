@@ -27,12 +27,15 @@ TOOLS = [{"type": "function", "function": {
 @st.composite
 def units(draw, n: int) -> list[Message]:
     """One turn: an assistant call (maybe two, maybe with reasoning) and its results, a plain
-    answer, or a user message."""
-    kind = draw(st.sampled_from(["call", "call", "call", "two", "answer", "user", "think"]))
+    answer, a user message, or a system message after the first (which templates that take one
+    only at the start get as a user message)."""
+    kind = draw(st.sampled_from(["call", "call", "call", "two", "answer", "user", "think", "system"]))
     text = draw(st.text(alphabet="abc xyz\n{}\"上🙂", min_size=0, max_size=40))
     reasoning = draw(st.sampled_from(["", "", "let me think"]))
     if kind == "user":
         return [Message("user", f"follow up {text}")]
+    if kind == "system":
+        return [Message("system", f"new rule {text}")]
     if kind == "answer":
         return [Message("assistant", f"done {text}", reasoning=reasoning or None)]
     if kind == "think":
