@@ -350,7 +350,7 @@ class TemplateCounter:
         n = len(held)
         if n > len(messages):
             return None
-        new = [self._template_dict(m) for m in itertools.islice(messages, n, None)]
+        new = [self._template_dict(m) for m in messages[n:]]  # (a slice: islice would step over the first n)
         held.extend(new if each is None else (each(d, i == 0) for i, d in enumerate(new, n)))
         memo.grown = (messages, held)
         return held
