@@ -119,8 +119,10 @@ LOOKBACK = 8
 
 WAYS = 4
 """Walks kept per last item: a session's prompt and its history as received end with the same
-message, and each build walks both (one way each, they would replace each other every build and
-walk the whole history again: ``bench_flat``'s growth with history)."""
+message, and where the adapter does not rewrite each message alone each build walks both (the
+history otherwise extends one list: ``TemplateCounter._grown``); with one way each, they would
+replace each other every build and walk the whole history again (``bench_flat``'s growth with
+history)."""
 
 SHARED_START = 16
 """How many items a walk may hold and still be kept beside the walks that extend it."""

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 
 from budgeter.core.jsonargs import ArgStatus, dumps, stand_in
@@ -85,8 +84,8 @@ def stand_in_json(view: View, ctx: Context) -> tuple[View, StepReport]:
             continue
         calls, kind = _fixed_calls(item, ctx, actions)
         out.append(item if kind is Kind.RAW else with_message(item, replace(item.message, tool_calls=calls), kind))
-    if all(map(operator.is_, out, view[start:])):
-        return view, StepReport("stand_in_json", 0, 0, tuple(actions))
+    if not actions:  # (an item is replaced only where one of its calls was fixed, with an action)
+        return view, StepReport("stand_in_json", 0, 0)
     return view[:start] + tuple(out), StepReport("stand_in_json", 0, 0, tuple(actions))
 
 
