@@ -223,6 +223,10 @@ class Walks(Generic[W]):
                     best = (hit[1], key, n)
                     continue
                 others.append((hit, key))
+            if best is not None:
+                # every walk that ends in an earlier item and that the list extends is shorter:
+                # the rest are not probed (32 probes a find were most of its cost: bench_turns)
+                break
         if best is None:
             for item in items[-(LOOKBACK + TAIL):]:
                 for key in self._anchors.get(id(item), ()):
