@@ -579,15 +579,18 @@ def count_rendered(counter: Any, messages: Sequence[Message], tools: Sequence[JS
     return counter.count_prompt(messages, tools), ""
 
 
-def shared_prefix(a: str, b: str) -> int:
+def shared_prefix(a: str, b: str, known: int = 0) -> int:
     """Length of the longest common prefix of two strings (binary search over C-level compares).
     ``startswith`` compares in place, where a slice would copy (a prompt's text, hundreds of
     kilobytes where it holds a character past Latin-1): a prompt that extends the previous one
-    costs one compare and no copy, and a search one slice per step (``bench_instructions``)."""
+    costs one compare and no copy, and a search one slice per step (``bench_instructions``).
+    ``known``: how many first characters the caller knows the two share; the search starts there,
+    so its slices hold only what follows (a windowed render's text is the previous text up to an
+    anchor, then the window: the search's first slices were half the prompt)."""
     n = min(len(a), len(b))
     if a.startswith(b) if len(a) >= len(b) else b.startswith(a):
         return n
-    lo, hi = 0, n
+    lo, hi = min(known, n), n
     while lo < hi:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
         mid = (lo + hi + 1) // 2
         if a.startswith(b[lo:mid], lo):

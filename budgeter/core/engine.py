@@ -242,7 +242,9 @@ class Engine:
             if not self._last:
                 return 0
             if self._last_text:
-                changed = shared_prefix(self._last_text, ctx.text)
+                before, known = self._memo.kept  # (what a windowed render copied needs no compare)
+                known = known if before is self._last_text and ctx.text is self._memo.text else 0
+                changed = shared_prefix(self._last_text, ctx.text, known)
                 return ctx.total - after(ctx.text, changed, total=ctx.total)
         return sum(map(self.counter.message_cost, messages[:same]))  # no text form: the plan costs
 

@@ -105,6 +105,10 @@ class RenderMemo:
     """(the messages list last given, its template dicts so far): ``appends`` only."""
     n: int = 0
     """How many of ``dicts`` were rendered (``dicts`` may have grown since: ``appends``)."""
+    kept: tuple[str, int] = ("", 0)
+    """The text this memo held before its last render, and how many first characters of ``text``
+    are that text's by construction (a windowed render copies the previous text up to an anchor):
+    where the two differ is looked for from there on (``Engine``, ``shared_prefix``)."""
     peer: RenderMemo | None = field(default=None, repr=False, compare=False)
     """The memo rendered just before this one in a build, whose window this one takes when its own
     is the same: the history as received mostly ends with the prompt's last turns, so about half of
@@ -212,12 +216,15 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     worth = len(dicts) >= MIN_MESSAGES and not state.off
     if memo.stamp != stamp:  # a new day: the head's text changed too
         memo.head_text = None
+    before, before_base = memo.text, memo.base
     got = _windowed(state, memo, dicts, tools, render_fn, count, start) if worth and memo.stamp == stamp else None
     memo.builds += 1
     base = 0
+    kept = 0
     if got is not None:
         state.windowed += 1
-        total, text, anchors, base = got
+        total, text, anchors, base, same = got
+        kept = same - base if base == before_base else 0
         if memo.builds % _audit_every(state, memo) == 0:
             full = render_fn(dicts, True)
             if full[base:] != text or count(full) != total:
@@ -234,6 +241,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     memo.base = base
     memo.stamp = stamp
     memo.pending = got is None and worth
+    memo.kept = (before, kept if got is not None else 0)
     return total, text
 
 
@@ -256,6 +264,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
     memo.builds += 1
     state.full += 1
     memo.pending = False
+    memo.kept = (memo.text, 0)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
     memo.n = len(dicts)
     memo.base, memo.reasoned = 0, (0, -1)
@@ -265,8 +274,9 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
 
 def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapping[str, Any]],
               render_fn: Render, count: Callable[[str], int], start: PieceStart
-              ) -> tuple[int, str, dict[int, int], int] | None:
-    """(count, text from the returned base on, anchors, base), or None where no window is checked."""
+              ) -> tuple[int, str, dict[int, int], int, int] | None:
+    """(count, text from the returned base on, anchors, base, where the text stops being the
+    previous one's: a position in the whole text), or None where no window is checked."""
     if memo.tools is not tools and memo.tools != tools:
         return None
     if memo.pending:  # the previous build rendered in full: its anchors, with its tools (the same)
@@ -304,7 +314,7 @@ def _windowed(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[M
     anchors = {i: memo.anchors[i] for i in kept}
     anchors[end] = same
     anchors[len(dicts)] = cut + len(text) - len(gen)
-    return total, text, anchors, cut
+    return total, text, anchors, cut, same
 
 
 def _window(render_fn: Render, memo: RenderMemo, head: Dicts, part: Dicts,

@@ -39,6 +39,8 @@ def test_counted_is_count_and_piece_counts(tiny_bpe_path):
 def test_shared_prefix_is_a_plain_comparison(a, b):
     plain = shared_prefix(a, b)
     assert a[:plain] == b[:plain] and (plain == min(len(a), len(b)) or a[plain] != b[plain])
+    # told that some first characters are shared, it finds the same length
+    assert [shared_prefix(a, b, known) for known in range(plain + 1)] == [plain] * (plain + 1)
 
 
 def _reference_start(counter: PieceCounter, text: str, chars: int) -> int:
