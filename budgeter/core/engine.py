@@ -242,8 +242,10 @@ class Engine:
             if not self._last:
                 return 0
             if self._last_text:
-                before, known = self._memo.kept  # (what a windowed render copied needs no compare)
-                known = known if before is self._last_text and ctx.text is self._memo.text else 0
+                # what a windowed render copied from the last prompt needs no compare (the last
+                # prompt's text is held here, so its id is its own: ``RenderMemo.kept``)
+                before, known = self._memo.kept
+                known = known if before == id(self._last_text) and ctx.text is self._memo.text else 0
                 changed = shared_prefix(self._last_text, ctx.text, known)
                 return ctx.total - after(ctx.text, changed, total=ctx.total)
         return sum(map(self.counter.message_cost, messages[:same]))  # no text form: the plan costs

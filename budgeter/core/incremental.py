@@ -105,10 +105,12 @@ class RenderMemo:
     """(the messages list last given, its template dicts so far): ``appends`` only."""
     n: int = 0
     """How many of ``dicts`` were rendered (``dicts`` may have grown since: ``appends``)."""
-    kept: tuple[str, int] = ("", 0)
-    """The text this memo held before its last render, and how many first characters of ``text``
-    are that text's by construction (a windowed render copies the previous text up to an anchor):
-    where the two differ is looked for from there on (``Engine``, ``shared_prefix``)."""
+    kept: tuple[int, int] = (0, 0)
+    """The ``id`` of the text this memo held before its last render, and how many first characters
+    of ``text`` are that text's by construction (a windowed render copies the previous text up to
+    an anchor): where the two differ is looked for from there on (``Engine``, ``shared_prefix``).
+    An id, not the text, so that the memo keeps no text alive; a caller that held that text since
+    (the engine's last prompt) knows it by its id."""
     peer: RenderMemo | None = field(default=None, repr=False, compare=False)
     """The memo rendered just before this one in a build, whose window this one takes when its own
     is the same: the history as received mostly ends with the prompt's last turns, so about half of
@@ -216,7 +218,7 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     worth = len(dicts) >= MIN_MESSAGES and not state.off
     if memo.stamp != stamp:  # a new day: the head's text changed too
         memo.head_text = None
-    before, before_base = memo.text, memo.base
+    before, before_base = id(memo.text), memo.base
     got = _windowed(state, memo, dicts, tools, render_fn, count, start) if worth and memo.stamp == stamp else None
     memo.builds += 1
     base = 0
@@ -264,7 +266,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
     memo.builds += 1
     state.full += 1
     memo.pending = False
-    memo.kept = (memo.text, 0)
+    memo.kept = (id(memo.text), 0)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
     memo.n = len(dicts)
     memo.base, memo.reasoned = 0, (0, -1)
