@@ -218,15 +218,13 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     worth = len(dicts) >= MIN_MESSAGES and not state.off
     if memo.stamp != stamp:  # a new day: the head's text changed too
         memo.head_text = None
-    before, before_base = id(memo.text), memo.base
     got = _windowed(state, memo, dicts, tools, render_fn, count, start) if worth and memo.stamp == stamp else None
     memo.builds += 1
     base = 0
-    kept = 0
     if got is not None:
         state.windowed += 1
         total, text, anchors, base, same = got
-        kept = same - base if base == before_base else 0
+        kept = same - base if base == memo.base else 0  # (memo.base is still the previous text's)
         if memo.builds % _audit_every(state, memo) == 0:
             full = render_fn(dicts, True)
             if full[base:] != text or count(full) != total:
@@ -236,14 +234,14 @@ def render(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mapp
     if got is None:
         state.full += 1
         text = render_fn(dicts, True)
-        total, anchors, base = count(text), {}, 0
+        total, anchors, base, kept = count(text), {}, 0, 0
         memo.reasoned = (0, -1)
+    memo.kept = (id(memo.text), kept)  # (the text this render replaces)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, anchors
     memo.n = len(dicts)
     memo.base = base
     memo.stamp = stamp
     memo.pending = got is None and worth
-    memo.kept = (before, kept if got is not None else 0)
     return total, text
 
 
@@ -266,7 +264,7 @@ def whole(state: Windowed, memo: RenderMemo, dicts: Dicts, tools: Sequence[Mappi
     memo.builds += 1
     state.full += 1
     memo.pending = False
-    memo.kept = (id(memo.text), 0)
+    memo.kept = (0, 0)  # (nothing of the new text is known to be the previous one's)
     memo.dicts, memo.tools, memo.text, memo.total, memo.anchors = dicts, tools, text, total, {}
     memo.n = len(dicts)
     memo.base, memo.reasoned = 0, (0, -1)
